@@ -1,0 +1,19 @@
+"""sglang-overlay: a fork-style patch set over one pinned upstream SGLang release.
+
+Importing this package changes nothing. Patches are applied when SGLang loads
+its general plugins (entry point ``sglang_overlay`` in ``sglang.srt.plugins``),
+or by an explicit :func:`apply` in programs that embed SGLang without its
+launcher.
+"""
+
+__version__ = "0.1.0"
+
+
+def apply(lock_path=None) -> dict:
+    """Verify and apply every enabled patch in this process; see sglang_overlay.application."""
+    from sglang_overlay.application import apply as _apply
+
+    return _apply(lock_path)
+
+
+__all__ = ["__version__", "apply"]

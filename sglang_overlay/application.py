@@ -1,0 +1,378 @@
+"""Applying the series: verify against the lock, hook lazily, prove the hooks took.
+
+SGLang's ``HookRegistry`` only logs a hook that failed to apply, and
+``load_plugins()`` only logs a plugin that raised ``Exception``. This module
+does its own checking around it:
+
+1. Before anything is hooked, the installed sglang version is compared with the
+   pin, and every enabled patch's targets are fingerprinted from source (no
+   import) and compared with ``patches/upstream.lock``.
+2. A target whose module is already imported is hooked at once through
+   ``HookRegistry``. Any other target is hooked the moment its module finishes
+   executing (a ``sys.meta_path`` finder wraps that module's loader), so a
+   process never imports a patch-target module it would not import anyway.
+3. After hooking, the attribute must be a wrapper chain holding the overlay's
+   hook and reaching the original object.
+
+Strict (default): any problem raises, naming patch, target, expected and found
+fingerprint, and what to do. ``SGLANG_OVERLAY_STRICT=0``: one warning per
+patch, and that patch is not applied at all (already hooked targets of it are
+restored).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.metadata
+import logging
+import sys
+import threading
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+from sglang_overlay import __version__, fingerprint, lockfile, settings
+from sglang_overlay.registry import Patch, Target, discover_patches
+
+logger = logging.getLogger("sglang_overlay")
+
+HOW_TO_PROCEED = (
+    "Re-check the patch against this upstream (sglang-overlay rebase-check), then regenerate "
+    "the lock (sglang-overlay lock); or run without it: SGLANG_OVERLAY_DISABLE={pid}, or "
+    "SGLANG_OVERLAY_STRICT=0 to skip every patch that does not verify."
+)
+
+
+class OverlayError(RuntimeError):
+    """A patch cannot do its job (drift, missing target, hook that did not take)."""
+
+
+class OverlayStartupError(SystemExit):
+    """Raised from the plugin entry point: SGLang's ``load_plugins`` catches only
+    ``Exception``, so a ``SystemExit`` is what actually ends start-up."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    patch: str
+    target: Target
+    status: str  # match | drift | missing | unlocked
+    expected: str | None
+    found: str | None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "match"
+
+    def describe(self) -> str:
+        head = f"patch '{self.patch}' target {self.target.path}"
+        if self.status == "drift":
+            return f"{head}: fingerprint drift (expected {self.expected}, found {self.found})"
+        if self.status == "missing":
+            return f"{head}: target missing in the installed upstream ({self.detail})"
+        if self.status == "unlocked":
+            return f"{head}: no fingerprint in the lock (found {self.found})"
+        return f"{head}: {self.status}"
+
+
+def target_status(patch: Patch, target: Target, lock: dict) -> TargetStatus:
+    entry = lock["targets"].get(target.path)
+    expected = entry["fingerprint"] if entry else None
+    try:
+        found = fingerprint.fingerprint_installed(target.module, target.qualname)
+    except fingerprint.TargetNotFound as exc:
+        return TargetStatus(patch.id, target, "missing", expected, None, str(exc))
+    if expected is None:
+        return TargetStatus(patch.id, target, "unlocked", None, found)
+    return TargetStatus(patch.id, target, "match" if found == expected else "drift", expected, found)
+
+
+def installed_sglang_version() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def version_problem(pin: lockfile.Pin) -> str | None:
+    """None when the installed sglang is the pinned one (or the user opted out)."""
+    found = installed_sglang_version()
+    if found is None:
+        return f"sglang-overlay {__version__} is pinned to sglang=={pin.version}, found no sglang installed"
+    try:
+        same = Version(found) == Version(pin.version)
+    except InvalidVersion:
+        same = False
+    if same or settings.allow_unpinned():
+        return None
+    return (
+        f"sglang-overlay {__version__} is pinned to sglang=={pin.version}, found {found}. "
+        f"Install the pin (scripts/apply_patches.sh), or set {settings.ALLOW_UNPINNED}=1 to run "
+        "on another version (per-target fingerprints are still enforced)."
+    )
+
+
+@dataclass
+class Plan:
+    """What apply() would do in this process, computed without side effects."""
+
+    patches: list[Patch]
+    statuses: dict[str, list[TargetStatus]]
+    disabled: list[str]
+    version_problem: str | None
+
+    def problems(self, patch: Patch) -> list[TargetStatus]:
+        return [s for s in self.statuses.get(patch.id, []) if not s.ok]
+
+    @property
+    def enabled(self) -> list[Patch]:
+        return [p for p in self.patches if p.id not in self.disabled]
+
+
+def make_plan(lock: dict | None = None) -> Plan:
+    lock = lock if lock is not None else lockfile.read_lock()
+    patches = discover_patches()
+    known = {p.id for p in patches}
+    disabled = settings.disabled_patch_ids()
+    unknown = [d for d in disabled if d not in known]
+    if unknown:
+        raise OverlayError(
+            f"{settings.DISABLE} names unknown patch id(s) {unknown}; known: {sorted(known)}"
+        )
+    statuses = {p.id: [target_status(p, t, lock) for t in p.targets] for p in patches if p.id not in disabled}
+    pin = lockfile.Pin(**lock["upstream"])
+    return Plan(patches, statuses, disabled, version_problem(pin))
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass
+class _State:
+    started: bool = False
+    applied: dict[str, list[str]] = field(default_factory=dict)  # patch id -> targets hooked
+    pending: dict[str, list[tuple[Patch, Target]]] = field(default_factory=dict)  # module -> targets
+    skipped: dict[str, str] = field(default_factory=dict)  # patch id -> reason
+    originals: dict[str, tuple[object, str, object]] = field(default_factory=dict)  # path -> (owner, attr, raw)
+    finder: "_DeferredPatchFinder | None" = None
+
+
+_STATE = _State()
+_LOCK = threading.RLock()
+
+
+def status() -> dict:
+    """What this process has applied, is waiting to apply, and skipped."""
+    with _LOCK:
+        return {
+            "started": _STATE.started,
+            "applied": {k: list(v) for k, v in _STATE.applied.items()},
+            "pending_modules": sorted(_STATE.pending),
+            "skipped": dict(_STATE.skipped),
+        }
+
+
+# --------------------------------------------------------------------------- hooking
+
+
+def _resolve_owner(target: Target):
+    obj = sys.modules[target.module]
+    for part in target.owner_path:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _raw_attribute(owner, attr: str):
+    """The attribute as stored (classmethod/staticmethod objects kept)."""
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if attr in klass.__dict__:
+                return klass.__dict__[attr]
+    return getattr(owner, attr)
+
+
+def _unwrap_descriptor(obj):
+    return obj.__func__ if isinstance(obj, (classmethod, staticmethod)) else obj
+
+
+def _chain_holds(current, hook, original) -> bool:
+    """True when the wrapper chain starting at ``current`` holds ``hook`` and reaches ``original``."""
+    fn = _unwrap_descriptor(current)
+    saw_hook = False
+    seen = 0
+    while fn is not None and seen < 64:
+        if fn is original:
+            return saw_hook
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                if cell.cell_contents is hook:
+                    saw_hook = True
+            except ValueError:  # empty cell
+                pass
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return False
+
+
+def _hook_target(patch: Patch, target: Target) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
+
+    owner = _resolve_owner(target)
+    raw = _raw_attribute(owner, target.attribute)
+    inherited_before = isinstance(owner, type) and target.attribute not in owner.__dict__
+    original = _unwrap_descriptor(raw)
+    hook = target.resolve_hook()
+    HookRegistry.register(
+        target.path,
+        hook,
+        HookType[target.hook_type],
+        source=HookSource(plugin_name=settings.PLUGIN_NAME, dist_name="sglang-overlay"),
+    )
+    HookRegistry.apply_hooks()
+    current = _raw_attribute(_resolve_owner(target), target.attribute)
+    if not _chain_holds(current, hook, original):
+        raise OverlayError(
+            f"patch '{patch.id}' target {target.path}: the hook did not take "
+            f"(found {current!r}; SGLang's HookRegistry logs why above)"
+        )
+    # None marks an attribute the owner inherited: reverting deletes the wrapper again.
+    _STATE.originals[target.path] = (owner, target.attribute, None if inherited_before else raw)
+
+
+def _revert(patch_id: str) -> None:
+    """Restore every target of a patch that was already hooked (non-strict skip)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    for path in _STATE.applied.pop(patch_id, []):
+        owner, attr, raw = _STATE.originals.pop(path)
+        if raw is None:
+            delattr(owner, attr)
+        else:
+            setattr(owner, attr, raw)
+        HookRegistry._hooks.pop(path, None)
+    for module, items in list(_STATE.pending.items()):
+        _STATE.pending[module] = [(p, t) for p, t in items if p.id != patch_id]
+        if not _STATE.pending[module]:
+            del _STATE.pending[module]
+
+
+def _fail(patch_id: str, message: str) -> None:
+    """Strict: raise. Non-strict: one warning, the patch is skipped whole."""
+    if settings.strict():
+        raise OverlayError(message)
+    if patch_id not in _STATE.skipped:
+        logger.warning("sglang-overlay: skipping patch '%s' (%s=0): %s", patch_id, settings.STRICT, message)
+    _STATE.skipped[patch_id] = message
+    _revert(patch_id)
+
+
+def _apply_module(module: str) -> None:
+    """Hook every pending target of ``module`` (now executed)."""
+    with _LOCK:
+        items = _STATE.pending.pop(module, [])
+        for patch, target in items:
+            if patch.id in _STATE.skipped:
+                continue
+            try:
+                _hook_target(patch, target)
+            except OverlayError as exc:
+                _fail(patch.id, str(exc))
+                continue
+            except Exception as exc:  # resolving the hook or the owner failed
+                _fail(patch.id, f"patch '{patch.id}' target {target.path}: cannot hook: {exc!r}")
+                continue
+            _STATE.applied.setdefault(patch.id, []).append(target.path)
+        if not _STATE.pending and _STATE.finder is not None:
+            try:
+                sys.meta_path.remove(_STATE.finder)
+            except ValueError:
+                pass
+            _STATE.finder = None
+
+
+class _ApplyAfterExecLoader(importlib.abc.Loader):
+    """Delegates to the real loader, then hooks the module's pending targets."""
+
+    def __init__(self, inner, module: str):
+        self._inner = inner
+        self._module = module
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        _apply_module(self._module)
+
+    def __getattr__(self, name):  # get_source, get_filename, ... for inspect/linecache
+        return getattr(self._inner, name)
+
+
+class _DeferredPatchFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of modules that have pending targets."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _STATE.pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None:
+            spec.loader = _ApplyAfterExecLoader(spec.loader, fullname)
+        return spec
+
+
+# --------------------------------------------------------------------------- entry
+
+
+def apply(lock_path=None) -> dict:
+    """Verify and apply every enabled patch in this process (idempotent).
+
+    Targets in modules not yet imported are hooked when their module is first
+    imported. Raises ``OverlayError`` in strict mode when anything does not verify.
+    """
+    with _LOCK:
+        if _STATE.started:
+            return status()
+        if settings.source_applied():
+            _STATE.started = True
+            _STATE.skipped.update({"*": "the series is applied to the sources; runtime hooks are off"})
+            return status()
+        plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
+        if plan.version_problem:
+            raise OverlayError(plan.version_problem)
+        _STATE.started = True
+        for patch in plan.enabled:
+            problems = plan.problems(patch)
+            if problems:
+                message = "; ".join(p.describe() for p in problems) + ". " + HOW_TO_PROCEED.format(pid=patch.id)
+                _fail(patch.id, message)
+                continue
+            for target in patch.targets:
+                _STATE.pending.setdefault(target.module, []).append((patch, target))
+        ready = [m for m in _STATE.pending if m in sys.modules]
+        if len(ready) < len(_STATE.pending):
+            _STATE.finder = _DeferredPatchFinder()
+            sys.meta_path.insert(0, _STATE.finder)
+        for module in ready:
+            _apply_module(module)
+        return status()
+
+
+def reset_for_tests() -> None:
+    """Forget this process's application state (tests only; hooks stay where they are)."""
+    global _STATE
+    with _LOCK:
+        if _STATE.finder is not None and _STATE.finder in sys.meta_path:
+            sys.meta_path.remove(_STATE.finder)
+        _STATE = _State()

@@ -1,0 +1,256 @@
+"""The ``sglang-overlay`` command: check, lock, launch, rebase-check, gsm8k.
+
+- ``check``: a table of every patch and target (fingerprint match / drift /
+  missing), enabled or not, and whether SGLang will discover the plugin; exit 0
+  only when every enabled patch would apply.
+- ``lock``: regenerate (or ``--check``) patches/upstream.lock from the installed upstream.
+- ``launch ARGS``: verify, then run SGLang's own server launcher with ARGS.
+- ``rebase-check --to VERSION | --wheel FILE``: would the patches survive another upstream?
+- ``gsm8k ARGS``: the GSM8K accuracy runner (scripts/gsm8k_eval.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sglang_overlay import __version__, fingerprint, lockfile, settings
+from sglang_overlay.application import OverlayError, installed_sglang_version, make_plan
+from sglang_overlay.registry import discover_patches
+
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def plugin_discovery() -> tuple[bool, str]:
+    """Will SGLang's ``load_plugins()`` run the overlay in this environment?"""
+    from sglang_overlay import plugin
+
+    eps = [ep for ep in entry_points(group=settings.PLUGIN_GROUP) if ep.name == settings.PLUGIN_NAME]
+    if not eps:
+        return False, f"no '{settings.PLUGIN_NAME}' entry point in {settings.PLUGIN_GROUP} (is sglang-overlay installed?)"
+    try:
+        loaded = eps[0].load()
+    except Exception as exc:  # what SGLang would log and then start without us
+        return False, f"entry point {eps[0].value} fails to load: {exc!r}"
+    if loaded is not plugin.load:
+        return False, f"entry point {eps[0].value} loads {loaded!r}, not this overlay (shadowed?)"
+    whitelist = settings.sglang_plugins_whitelist()
+    if whitelist is not None and settings.PLUGIN_NAME not in whitelist:
+        return False, (
+            f"{settings.SGLANG_PLUGINS}={os.environ.get(settings.SGLANG_PLUGINS)!r} does not name "
+            f"'{settings.PLUGIN_NAME}': SGLang would skip the overlay silently. Add it to the list or unset it."
+        )
+    return True, f"{eps[0].value} (dist {eps[0].dist.name if eps[0].dist else '?'})"
+
+
+def run_check(as_json: bool = False) -> int:
+    try:
+        plan = make_plan()
+    except (OverlayError, OSError, ValueError) as exc:
+        err_console.print(f"[red]sglang-overlay check: {exc}[/red]")
+        return 1
+    pin = lockfile.read_pin()
+    discoverable, how = plugin_discovery()
+    rows = []
+    for patch in plan.patches:
+        enabled = patch.id not in plan.disabled
+        statuses = plan.statuses.get(patch.id) or [None] * len(patch.targets)
+        for target, st in zip(patch.targets, statuses):
+            rows.append(
+                {
+                    "patch": patch.id,
+                    "role": patch.role,
+                    "target": target.path,
+                    "hook": target.hook_type,
+                    "fingerprint": st.status if st else "not checked",
+                    "expected": st.expected if st else None,
+                    "found": st.found if st else None,
+                    "enabled": enabled,
+                }
+            )
+    bad = [r for r in rows if r["enabled"] and r["fingerprint"] != "match"]
+    ok = not bad and plan.version_problem is None and discoverable and not settings.source_applied()
+    if as_json:
+        print(json.dumps({"ok": ok, "sglang": installed_sglang_version(), "pin": pin.version,
+                          "plugin_discoverable": discoverable, "plugin": how, "targets": rows}, indent=2))
+        return 0 if ok else 1
+    table = Table(title=f"sglang-overlay {__version__}: patches over sglang=={pin.version}")
+    for col in ("patch", "role", "target", "hook", "fingerprint", "enabled"):
+        table.add_column(col)
+    colour = {"match": "green", "drift": "red", "missing": "red", "unlocked": "yellow"}
+    for r in rows:
+        fp = r["fingerprint"]
+        table.add_row(r["patch"], r["role"], r["target"], r["hook"], f"[{colour.get(fp, 'white')}]{fp}[/]",
+                      "yes" if r["enabled"] else "[yellow]disabled[/]")
+    console.print(table)
+    console.print(f"installed sglang: {installed_sglang_version()} (pinned {pin.version})")
+    console.print(f"plugin discoverable: {'yes' if discoverable else '[red]NO[/]'}: {how}")
+    console.print(f"strict: {'yes' if settings.strict() else 'no (' + settings.STRICT + '=0)'}")
+    if plan.version_problem:
+        console.print(f"[red]{plan.version_problem}[/]")
+    if settings.source_applied():
+        console.print(f"[yellow]{settings.SOURCE_APPLIED}=1: the series is in the sources; runtime hooks are off[/]")
+    for r in bad:
+        console.print(f"[red]{r['patch']}: {r['target']}: {r['fingerprint']} (expected {r['expected']}, found {r['found']})[/]")
+    console.print("[green]OK: every enabled patch would apply[/]" if ok else "[red]NOT OK: see above[/]")
+    return 0 if ok else 1
+
+
+def run_lock(wheel: str | None, check_only: bool, include_extra: bool) -> int:
+    current = lockfile.read_lock() if lockfile.lock_path().exists() else None
+    version = installed_sglang_version()
+    if version is None:
+        err_console.print("sglang-overlay lock: no sglang installed")
+        return 1
+    if wheel:
+        wheel_name, wheel_sha = Path(wheel).name, lockfile.sha256_file(Path(wheel))
+    elif current and current["upstream"]["version"] == version:
+        wheel_name, wheel_sha = current["upstream"]["wheel"], current["upstream"]["wheel_sha256"]
+    else:
+        err_console.print(f"sglang-overlay lock: sglang {version} is not the locked version; pass --wheel FILE "
+                          "(pip download --no-deps sglang==VERSION) so the lock records its sha256")
+        return 1
+    base = current["upstream"] if current else {}
+    pin = lockfile.Pin(package="sglang", version=version, wheel=wheel_name, wheel_sha256=wheel_sha,
+                       torch=base.get("torch", "2.13.0"), torchvision=base.get("torchvision", "0.28.0"),
+                       python=base.get("python", "3.11"))
+    patches = [p for p in discover_patches() if include_extra or not p.extra]
+    try:
+        data = lockfile.build_lock(patches, pin, fingerprint.fingerprint_installed)
+    except fingerprint.TargetNotFound as exc:
+        err_console.print(f"sglang-overlay lock: a target is missing in the installed upstream: {exc}")
+        return 1
+    if check_only:
+        if data != current:
+            err_console.print(f"sglang-overlay lock --check: {lockfile.lock_path()} differs from the installed upstream")
+            return 1
+        console.print(f"{lockfile.lock_path()} matches the installed upstream")
+        return 0
+    path = lockfile.write_lock(data, lockfile.lock_path())
+    console.print(f"wrote {path}: sglang=={version}, {len(data['targets'])} target(s)")
+    return 0
+
+
+def _download_wheel(version: str, dest: str) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", dest, f"sglang=={version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"sglang-overlay rebase-check: pip download of sglang=={version} failed:\n{proc.stderr.strip()}")
+    wheels = sorted(Path(dest).glob("sglang-*.whl"))
+    if not wheels:
+        raise SystemExit(f"sglang-overlay rebase-check: pip download left no wheel in {dest}")
+    return wheels[0]
+
+
+def rebase_report(wheel: Path) -> list[dict]:
+    """Per patch and target: unchanged / changed / missing in ``wheel``."""
+    lock = lockfile.read_lock()
+    rows = []
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        for patch in discover_patches():
+            for target in patch.targets:
+                member = fingerprint.module_file_in_wheel(target.module)
+                locked = lock["targets"].get(target.path, {}).get("fingerprint")
+                row = {"patch": patch.id, "target": target.path, "locked": locked, "found": None}
+                if member not in names:
+                    row.update(status="missing", detail=f"no {member} in the wheel")
+                else:
+                    try:
+                        row["found"] = fingerprint.fingerprint_source(zf.read(member).decode("utf-8"), target.qualname)
+                        row.update(status="unchanged" if row["found"] == locked else "changed", detail="")
+                    except fingerprint.TargetNotFound as exc:
+                        row.update(status="missing", detail=str(exc))
+                rows.append(row)
+    return rows
+
+
+def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(wheel) if wheel else _download_wheel(version, tmp)
+        if not path.is_file():
+            err_console.print(f"sglang-overlay rebase-check: no such wheel {path}")
+            return 2
+        rows = rebase_report(path)
+    label = path.name
+    if as_json:
+        print(json.dumps({"wheel": label, "targets": rows}, indent=2))
+    else:
+        table = Table(title=f"rebase-check: the series against {label}")
+        for col in ("patch", "target", "status", "detail"):
+            table.add_column(col)
+        colour = {"unchanged": "green", "changed": "yellow", "missing": "red"}
+        for r in rows:
+            table.add_row(r["patch"], r["target"], f"[{colour[r['status']]}]{r['status']}[/]", r["detail"])
+        console.print(table)
+        moved = [r for r in rows if r["status"] != "unchanged"]
+        console.print(f"{len(rows) - len(moved)} unchanged, {sum(r['status'] == 'changed' for r in rows)} changed, "
+                      f"{sum(r['status'] == 'missing' for r in rows)} missing")
+    return 0 if all(r["status"] == "unchanged" for r in rows) else 1
+
+
+def run_launch(args: list[str]) -> int:
+    cmd = [sys.executable, "-m", "sglang.launch_server", *args]
+    if any(a in ("-h", "--help") for a in args):
+        console.print("sglang-overlay launch: verifies the overlay, then runs SGLang's launcher "
+                      "(python -m sglang.launch_server) with these arguments. SGLang's own options follow.\n")
+        return subprocess.call(cmd)
+    code = run_check()
+    if code != 0:
+        err_console.print("[red]sglang-overlay launch: refusing to start a server the overlay would not patch[/red]")
+        return 2
+    os.execv(sys.executable, cmd)
+    return 0  # not reached
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sglang-overlay", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("check", help="verify every patch against the installed upstream")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("lock", help="regenerate patches/upstream.lock from the installed upstream")
+    p.add_argument("--wheel", help="the pinned wheel file, to record its sha256 (needed for a new version)")
+    p.add_argument("--check", action="store_true", help="compare only; exit 1 when the lock differs")
+    p.add_argument("--include-extra", action="store_true", help=f"also lock patches from {settings.EXTRA_PATCHES}")
+    p = sub.add_parser("rebase-check", help="report which targets another upstream release changed")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--to", metavar="VERSION", help="pip download --no-deps sglang==VERSION")
+    g.add_argument("--wheel", metavar="FILE", help="a local sglang wheel")
+    p.add_argument("--json", action="store_true")
+    sub.add_parser("launch", help="verify, then run sglang.launch_server with the remaining arguments", add_help=False)
+    sub.add_parser("gsm8k", help="GSM8K accuracy runner against an OpenAI-compatible server", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("launch", "gsm8k"):  # pass everything after the subcommand through
+        if argv[0] == "launch":
+            return run_launch(argv[1:])
+        from sglang_overlay.gsm8k_eval import main as gsm8k_main
+
+        return gsm8k_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.command == "check":
+        return run_check(args.json)
+    if args.command == "lock":
+        return run_lock(args.wheel, args.check, args.include_extra)
+    if args.command == "rebase-check":
+        return run_rebase_check(args.to, args.wheel, args.json)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""patches/upstream.lock: the upstream pin and every hooked target's fingerprint.
+
+The lock is the one place the pin lives: the package, scripts/apply_patches.sh
+and the tests all read it. JSON, sorted, one target per entry::
+
+    {"upstream": {"package": "sglang", "version": "0.5.20", "wheel": ..., "wheel_sha256": ...,
+                  "torch": "2.13.0", "torchvision": "0.28.0", "python": "3.11"},
+     "targets": {"<module>.<qualname>": {"patch": id, "hook_type": "AROUND", "fingerprint": "sha256:..."}}}
+
+``sglang-overlay lock`` regenerates it from the installed upstream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from sglang_overlay import settings
+
+LOCK_NAME = "upstream.lock"
+
+
+@dataclass(frozen=True)
+class Pin:
+    package: str
+    version: str
+    wheel: str
+    wheel_sha256: str
+    torch: str
+    torchvision: str
+    python: str
+
+
+def default_lock_path() -> Path:
+    """The lock shipped with the overlay (patches/upstream.lock, as sglang_overlay.series)."""
+    return Path(str(resources.files("sglang_overlay.series").joinpath(LOCK_NAME)))
+
+
+def lock_path() -> Path:
+    override = settings.lock_override()
+    return Path(override) if override else default_lock_path()
+
+
+def read_lock(path: Path | None = None) -> dict:
+    path = path or lock_path()
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"sglang-overlay: upstream lock {path} is missing") from exc
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"sglang-overlay: upstream lock {path} is not valid JSON: {exc}") from exc
+    if "upstream" not in data or "targets" not in data:
+        raise ValueError(f"sglang-overlay: upstream lock {path} lacks 'upstream' or 'targets'")
+    return data
+
+
+def read_pin(path: Path | None = None) -> Pin:
+    return Pin(**read_lock(path)["upstream"])
+
+
+def write_lock(data: dict, path: Path | None = None) -> Path:
+    path = Path(path or default_lock_path())
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def build_lock(patches, pin: Pin, fingerprint) -> dict:
+    """A lock for ``patches`` with fingerprints from ``fingerprint(module, qualname)``."""
+    targets = {}
+    for patch in patches:
+        for target in patch.targets:
+            targets[target.path] = {
+                "patch": patch.id,
+                "hook_type": target.hook_type,
+                "fingerprint": fingerprint(target.module, target.qualname),
+            }
+    return {"upstream": pin.__dict__, "targets": targets}

@@ -1,0 +1,18 @@
+"""SGLang general-plugin entry point (group ``sglang.srt.plugins``, name ``sglang_overlay``).
+
+SGLang calls :func:`load` from ``load_plugins()`` in the main process and in
+every scheduler process. ``load_plugins`` swallows ``Exception``s from plugins,
+so verification failures leave here as ``OverlayStartupError`` (a
+``SystemExit``): start-up ends with the message instead of running unpatched.
+"""
+
+from __future__ import annotations
+
+from sglang_overlay.application import OverlayError, OverlayStartupError, apply
+
+
+def load() -> None:
+    try:
+        apply()
+    except (OverlayError, OSError, ValueError) as exc:
+        raise OverlayStartupError(f"sglang-overlay refused to start: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Test-only helpers (importable as tests.support from the repository root)."""
