@@ -80,7 +80,8 @@ def run_check(as_json: bool = False) -> int:
                 }
             )
     bad = [r for r in rows if r["enabled"] and r["fingerprint"] != "match"]
-    ok = not bad and plan.version_problem is None and discoverable and not settings.source_applied()
+    incomplete = Path(sys.prefix, ".sglang-overlay-incomplete").exists()
+    ok = not bad and plan.version_problem is None and discoverable and not settings.source_applied() and not incomplete
     if as_json:
         print(json.dumps({"ok": ok, "sglang": installed_sglang_version(), "pin": pin.version,
                           "plugin_discoverable": discoverable, "plugin": how, "targets": rows}, indent=2))
@@ -99,6 +100,8 @@ def run_check(as_json: bool = False) -> int:
     console.print(f"strict: {'yes' if settings.strict() else 'no (' + settings.STRICT + '=0)'}")
     if plan.version_problem:
         console.print(f"[red]{plan.version_problem}[/]")
+    if incomplete:
+        console.print(f"[red]{sys.prefix}: environment set-up did not finish; rerun scripts/apply_patches.sh[/]")
     if settings.source_applied():
         console.print(f"[yellow]{settings.SOURCE_APPLIED}=1: the series is in the sources; runtime hooks are off[/]")
     for r in bad:

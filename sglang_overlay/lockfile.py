@@ -5,7 +5,8 @@ and the tests all read it. JSON, sorted, one target per entry::
 
     {"upstream": {"package": "sglang", "version": "0.5.20", "wheel": ..., "wheel_sha256": ...,
                   "torch": "2.13.0", "torchvision": "0.28.0", "python": "3.11"},
-     "targets": {"<module>.<qualname>": {"patch": id, "hook_type": "AROUND", "fingerprint": "sha256:..."}}}
+     "targets": {"<module>.<qualname>": {"patch": id, "module": ..., "qualname": ...,
+                                         "hook_type": "AROUND", "fingerprint": "sha256:..."}}}
 
 ``sglang-overlay lock`` regenerates it from the installed upstream.
 """
@@ -82,6 +83,8 @@ def build_lock(patches, pin: Pin, fingerprint) -> dict:
         for target in patch.targets:
             targets[target.path] = {
                 "patch": patch.id,
+                "module": target.module,
+                "qualname": target.qualname,
                 "hook_type": target.hook_type,
                 "fingerprint": fingerprint(target.module, target.qualname),
             }
