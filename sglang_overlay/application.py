@@ -27,6 +27,7 @@ import importlib.metadata
 import logging
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
@@ -160,6 +161,7 @@ class _State:
     skipped: dict[str, str] = field(default_factory=dict)  # patch id -> reason
     originals: dict[str, tuple[object, str, object]] = field(default_factory=dict)  # path -> (owner, attr, raw)
     finder: "_DeferredPatchFinder | None" = None
+    apply_s: float = 0.0  # time apply() itself took (verification + immediate hooks)
 
 
 _STATE = _State()
@@ -174,6 +176,7 @@ def status() -> dict:
             "applied": {k: list(v) for k, v in _STATE.applied.items()},
             "pending_modules": sorted(_STATE.pending),
             "skipped": dict(_STATE.skipped),
+            "apply_s": _STATE.apply_s,
         }
 
 
@@ -344,35 +347,36 @@ def apply(lock_path=None) -> dict:
     with _LOCK:
         if _STATE.started:
             return status()
-        if settings.source_applied():
-            _STATE.started = True
-            _STATE.skipped.update({"*": "the series is applied to the sources; runtime hooks are off"})
-            return status()
-        plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
-        if plan.version_problem:
-            raise OverlayError(plan.version_problem)
+        started = time.perf_counter()
+        try:
+            return _apply_unlocked(lock_path)
+        finally:
+            _STATE.apply_s = time.perf_counter() - started
+
+
+def _apply_unlocked(lock_path) -> dict:
+    """apply() under _LOCK, once per process."""
+    if settings.source_applied():
         _STATE.started = True
-        for patch in plan.enabled:
-            problems = plan.problems(patch)
-            if problems:
-                message = "; ".join(p.describe() for p in problems) + ". " + HOW_TO_PROCEED.format(pid=patch.id)
-                _fail(patch.id, message)
-                continue
-            for target in patch.targets:
-                _STATE.pending.setdefault(target.module, []).append((patch, target))
-        ready = [m for m in _STATE.pending if m in sys.modules]
-        if len(ready) < len(_STATE.pending):
-            _STATE.finder = _DeferredPatchFinder()
-            sys.meta_path.insert(0, _STATE.finder)
-        for module in ready:
-            _apply_module(module)
+        _STATE.skipped.update({"*": "the series is applied to the sources; runtime hooks are off"})
         return status()
+    plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
+    if plan.version_problem:
+        raise OverlayError(plan.version_problem)
+    _STATE.started = True
+    for patch in plan.enabled:
+        problems = plan.problems(patch)
+        if problems:
+            message = "; ".join(p.describe() for p in problems) + ". " + HOW_TO_PROCEED.format(pid=patch.id)
+            _fail(patch.id, message)
+            continue
+        for target in patch.targets:
+            _STATE.pending.setdefault(target.module, []).append((patch, target))
+    ready = [m for m in _STATE.pending if m in sys.modules]
+    if len(ready) < len(_STATE.pending):
+        _STATE.finder = _DeferredPatchFinder()
+        sys.meta_path.insert(0, _STATE.finder)
+    for module in ready:
+        _apply_module(module)
+    return status()
 
-
-def reset_for_tests() -> None:
-    """Forget this process's application state (tests only; hooks stay where they are)."""
-    global _STATE
-    with _LOCK:
-        if _STATE.finder is not None and _STATE.finder in sys.meta_path:
-            sys.meta_path.remove(_STATE.finder)
-        _STATE = _State()
