@@ -1,0 +1,113 @@
+"""Operator-facing counters of the owner-lane load-back path.
+
+Plain integers on the cache (read them with :func:`counters_of`), mirrored to
+Prometheus through upstream's metrics plumbing when the cache has a metrics
+collector (``--enable-metrics``): ``sglang:cp_owner_lane_evicted_pages_total``
+(label ``lane``), ``sglang:cp_owner_lane_warnings_total`` (label ``reason``) and
+``sglang:cp_owner_lane_load_backs_total`` (label ``outcome``), with the
+collector's own labels.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+WARN_SLOW_PLAN = "slow_plan"
+WARN_SHORT_EVICTION = "evicted_less_than_planned"
+WARN_REFUSED = "deficit_remains"
+
+_PROM: Dict[tuple, object] = {}
+_PROM_LOCK = threading.Lock()
+
+
+@dataclass
+class OwnerLaneCounters:
+    shard_size: int
+    load_backs: int = 0  # load-backs served through the owner-classed path
+    refused: int = 0  # load-backs refused because a deficit could not be covered
+    plans: int = 0  # plans that had at least one deficit
+    leaves_scanned: int = 0
+    leaves_evicted: int = 0
+    pages_evicted_per_lane: List[int] = field(default_factory=list)
+    warnings: Dict[str, int] = field(default_factory=dict)
+    _collector: Optional[object] = None
+
+    def __post_init__(self) -> None:
+        if not self.pages_evicted_per_lane:
+            self.pages_evicted_per_lane = [0] * self.shard_size
+
+    def bind_collector(self, collector) -> None:
+        """Mirror into Prometheus with ``collector.labels`` (upstream's collector)."""
+        self._collector = collector
+
+    def _prom(self, name: str, doc: str, extra: str):
+        labels = tuple(sorted(self._collector.labels)) if self._collector is not None else ()
+        key = (name, labels)
+        with _PROM_LOCK:
+            metric = _PROM.get(key)
+            if metric is None:
+                from prometheus_client import Counter
+
+                metric = Counter(name=name, documentation=doc, labelnames=list(labels) + [extra])
+                _PROM[key] = metric
+        return metric
+
+    def _inc(self, name: str, doc: str, extra: str, value: str, amount: int) -> None:
+        if self._collector is None or amount <= 0:
+            return
+        metric = self._prom(name, doc, extra)
+        metric.labels(**self._collector.labels, **{extra: value}).inc(amount)
+
+    def record_eviction(self, pages_per_lane, leaves: int) -> None:
+        self.leaves_evicted += leaves
+        for lane, pages in enumerate(pages_per_lane):
+            self.pages_evicted_per_lane[lane] += pages
+            self._inc(
+                "sglang:cp_owner_lane_evicted_pages_total",
+                "Device pages freed by owner-lane eviction for HiCache load-back, per owner lane.",
+                "lane",
+                str(lane),
+                pages,
+            )
+
+    def record_warning(self, reason: str) -> None:
+        self.warnings[reason] = self.warnings.get(reason, 0) + 1
+        self._inc(
+            "sglang:cp_owner_lane_warnings_total",
+            "Owner-lane load-back warnings (slow planning, short eviction, refused load).",
+            "reason",
+            reason,
+            1,
+        )
+
+    def record_outcome(self, loaded: bool) -> None:
+        if loaded:
+            self.load_backs += 1
+        else:
+            self.refused += 1
+        self._inc(
+            "sglang:cp_owner_lane_load_backs_total",
+            "HiCache load-backs under page-owner residency, by outcome.",
+            "outcome",
+            "loaded" if loaded else "refused",
+            1,
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "load_backs": self.load_backs,
+            "refused": self.refused,
+            "plans": self.plans,
+            "leaves_scanned": self.leaves_scanned,
+            "leaves_evicted": self.leaves_evicted,
+            "pages_evicted_per_lane": list(self.pages_evicted_per_lane),
+            "warnings": dict(self.warnings),
+        }
+
+
+def counters_of(cache) -> Optional[OwnerLaneCounters]:
+    """The owner-lane counters of a HiRadixCache (None when the patch is inactive on it)."""
+    state = getattr(cache, "_cp_owner_lanes", None)
+    return None if state is None else state.counters

@@ -1,0 +1,338 @@
+"""CPU construction of upstream's HiRadixCache over a page-interleaved KV pool.
+
+Everything is upstream's real code (``HiRadixCache.__init__``, ``HiCacheController``,
+``MHATokenToKVPool``, the MHA host pool, ``PageInterleavePoolAllocator``) except
+two stand-ins for what needs a GPU:
+
+- ``CpuCopyTransferEngine`` (STAND-IN for ``L2TransferEngine``'s sgl_kernel copy
+  kernels): really copies K and V rows, every layer, between the CPU "device"
+  pool and the host pool with index_select/index_copy, using ``torch.cpu``
+  events and streams as upstream's engine does on this machine.
+- host pool built with ``pin_memory=False`` (the default registers memory with
+  the CUDA driver) and the server's HiCache settings supplied directly instead
+  of through command-line plumbing.
+
+The "device" pool is indexed by logical slot and holds every CP rank's pages
+(the union of all ranks' pools); ownership is the allocator's ``l % N`` rule.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+import threading
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Optional
+
+import torch
+
+from sglang.srt.managers import cache_controller as cc_mod
+from sglang.srt.mem_cache import hiradix_cache as hiradix_mod
+from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.l2_transfer import L2TransferEngine, TransferCompletion
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+from tests.support.runtime import publish_cpu_runtime
+
+LAYERS = 2
+HEADS = 2
+HEAD_DIM = 4
+
+
+class CpuCopyTransferEngine(L2TransferEngine):
+    """STAND-IN for the GPU copy kernels: synchronous CPU row copies, all layers."""
+
+    def __init__(self, io_backend: str = "direct"):
+        super().__init__(io_backend)
+        self.rows_to_host = 0
+        self.rows_to_device = 0
+
+    @staticmethod
+    def _event():
+        ev = torch.cpu.Event()
+        ev.record()
+        return ev
+
+    def submit_device_to_host(self, transfers):
+        start = self._event()
+        for t in transfers:
+            dev = t.device_indices.to("cpu", torch.int64)
+            host = t.host_indices.to("cpu", torch.int64)
+            for layer in range(t.host_pool.layer_num):
+                for src, dst in (
+                    (t.device_pool.k_buffer[layer], t.host_pool.k_data_refs[layer]),
+                    (t.device_pool.v_buffer[layer], t.host_pool.v_data_refs[layer]),
+                ):
+                    dst.index_copy_(0, host, src.index_select(0, dev))
+            self.rows_to_host += len(dev)
+        return TransferCompletion(start, self._event(), False)
+
+    def submit_host_to_device(self, transfers, *, layer_num, start_event=None, on_layer_done=None):
+        start = self._event()
+        for layer in range(layer_num):
+            for t in transfers:
+                dev = t.device_indices.to("cpu", torch.int64)
+                host = t.host_indices.to("cpu", torch.int64)
+                for src, dst in (
+                    (t.host_pool.k_data_refs[layer], t.device_pool.k_buffer[layer]),
+                    (t.host_pool.v_data_refs[layer], t.device_pool.v_buffer[layer]),
+                ):
+                    dst.index_copy_(0, dev, src.index_select(0, host))
+                if layer == 0:
+                    self.rows_to_device += len(dev)
+            if on_layer_done is not None:
+                on_layer_done(layer)
+        return TransferCompletion(start, self._event(), False)
+
+
+_PG_LOCK = threading.Lock()
+
+
+def ensure_gloo_group():
+    """A one-process gloo group (HiRadixCache all-reduces ready counts over it)."""
+    with _PG_LOCK:
+        if not torch.distributed.is_initialized():
+            path = os.path.join(tempfile.mkdtemp(prefix="owner-lanes-pg-"), "store")
+            torch.distributed.init_process_group(
+                "gloo", init_method=f"file://{path}", rank=0, world_size=1
+            )
+    return torch.distributed.group.WORLD
+
+
+@contextmanager
+def _hicache_settings(write_policy: str, host_ratio: float):
+    """Supply the server's HiCache settings to upstream's __init__ (no CLI plumbing)."""
+    real_get_memory = hiradix_mod.get_memory
+    real_host_cls = hiradix_mod.get_mha_host_pool_cls
+    base = real_get_memory()
+    settings = SimpleNamespace(
+        hicache_ratio=host_ratio,
+        hicache_size=0,
+        hicache_mem_layout="layer_first",
+        hicache_write_policy=write_policy,
+        hicache_io_backend="direct",
+        hicache_storage_backend=None,
+        hicache_storage_backend_extra_config=None,
+        hicache_storage_prefetch_policy=getattr(base, "hicache_storage_prefetch_policy", "best_effort"),
+    )
+
+    def host_cls(kv):
+        return functools.partial(real_host_cls(kv), pin_memory=False)
+
+    hiradix_mod.get_memory = lambda: settings
+    hiradix_mod.get_mha_host_pool_cls = host_cls
+    try:
+        yield
+    finally:
+        hiradix_mod.get_memory = real_get_memory
+        hiradix_mod.get_mha_host_pool_cls = real_host_cls
+
+
+def build_cpu_hicache(
+    shard_size: int,
+    page_size: int,
+    pages_per_rank: int,
+    write_policy: str = "write_through",
+    host_ratio: float = 4.0,
+    eviction_policy: str = "lru",
+    need_sort: bool = False,
+    enable_metrics: bool = False,
+):
+    """A real HiRadixCache on the CPU; page-interleaved when ``shard_size > 1``.
+
+    ``shard_size == 1`` builds upstream's plain paged allocator (the
+    page-interleaved allocator requires N > 1): the patch must then keep
+    upstream's behaviour exactly.
+    """
+    publish_cpu_runtime()
+    group = ensure_gloo_group()
+    per_rank_slots = pages_per_rank * page_size
+    logical_slots = shard_size * (per_rank_slots + page_size) - page_size
+    kv = MHATokenToKVPool(
+        logical_slots,
+        page_size=page_size,
+        dtype=torch.float32,
+        head_num=HEADS,
+        head_dim=HEAD_DIM,
+        layer_num=LAYERS,
+        device="cpu",
+        enable_memory_saver=False,
+        enable_alt_stream=False,
+    )
+    if shard_size > 1:
+        allocator = PageInterleavePoolAllocator(
+            per_rank_slots, page_size, shard_size, torch.int64, "cpu", kv, need_sort
+        )
+    else:
+        allocator = PagedTokenToKVPoolAllocator(
+            per_rank_slots, page_size, torch.int64, "cpu", kv, need_sort
+        )
+    params = CacheInitParams(
+        disable=False,
+        req_to_token_pool=None,
+        token_to_kv_pool_allocator=allocator,
+        page_size=page_size,
+        tp_cache_group=group,
+        eviction_policy=eviction_policy,
+        enable_metrics=enable_metrics,
+    )
+    with _hicache_settings(write_policy, host_ratio):
+        cache = hiradix_mod.HiRadixCache(params, server_args=None)
+    cache.cache_controller.l2_transfer_engine = CpuCopyTransferEngine("direct")
+    return cache
+
+
+def settle(cache) -> None:
+    """Drain the controller like the scheduler loop does: start queued copies, take acks."""
+    cache.cache_controller.start_writing()
+    cache.cache_controller.start_loading()
+    cache.writing_check()
+    cache.loading_check()
+
+
+# --------------------------------------------------------------------------- driving the cache
+
+from array import array  # noqa: E402
+
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    EvictParams,
+    InitLoadBackParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+
+
+def key_of(tokens) -> RadixKey:
+    return RadixKey(array("q", tokens))
+
+
+def row_content(tokens: torch.Tensor, layer: int, which: int) -> torch.Tensor:
+    """What the model 'wrote' for these tokens: a pure function of token, layer, K/V."""
+    base = tokens.to(torch.float32) * 4 + layer * 1e5 + which * 0.5
+    return base[:, None, None].expand(len(tokens), HEADS, HEAD_DIM) + torch.arange(
+        HEAD_DIM, dtype=torch.float32
+    )
+
+
+def write_rows(cache, indices: torch.Tensor, tokens) -> None:
+    kv = cache.kv_cache
+    toks = torch.tensor(list(tokens), dtype=torch.int64)
+    for layer in range(kv.layer_num):
+        kv.k_buffer[layer][indices] = row_content(toks, layer, 0)
+        kv.v_buffer[layer][indices] = row_content(toks, layer, 1)
+
+
+def rows_match(cache, indices: torch.Tensor, tokens) -> bool:
+    kv = cache.kv_cache
+    toks = torch.tensor(list(tokens), dtype=torch.int64)
+    return all(
+        torch.equal(kv.k_buffer[layer][indices], row_content(toks, layer, 0))
+        and torch.equal(kv.v_buffer[layer][indices], row_content(toks, layer, 1))
+        for layer in range(kv.layer_num)
+    )
+
+
+def alloc_chain(cache, prefix_len: int, total_len: int, rotation_base: Optional[int]):
+    """Allocate device slots for positions [prefix_len, total_len) of a chain.
+
+    Page-interleaved: upstream ``alloc_extend`` with the chain's rotation base
+    (None draws the least-full class). Returns (indices, resolved base) or
+    (None, base) when the allocator cannot supply the pages.
+    """
+    alloc = cache.token_to_kv_pool_allocator
+    ps = cache.page_size
+    if isinstance(alloc, PageInterleavePoolAllocator):
+        bases = [rotation_base]
+        pre = torch.tensor([prefix_len], dtype=torch.int64)
+        seq = torch.tensor([total_len], dtype=torch.int64)
+        last_loc = torch.tensor([0], dtype=torch.int64)
+        out = alloc.alloc_extend(pre, pre, seq, seq, last_loc, total_len - prefix_len, rotation_bases=bases)
+        return out, bases[0]
+    pages = (total_len - prefix_len) // ps
+    if alloc.available_size() < pages * ps:
+        return None, None
+    out = alloc.alloc(pages * ps)
+    return out, None
+
+
+def prefill(cache, tokens, evict_first: bool = True):
+    """Serve a request for ``tokens`` like the scheduler would: reuse the device
+    prefix, load back a host prefix if any, compute (write) the rest, insert.
+
+    Returns the request's device indices (None if the pool could not hold it).
+    Only page-aligned lengths are used.
+    """
+    ps = cache.page_size
+    assert len(tokens) % ps == 0
+    key = key_of(tokens)
+    match = cache.match_prefix(MatchPrefixParams(key=key))
+    prefix = match.device_indices
+    last = match.last_device_node
+    if match.best_match_node is not last and match.best_match_node.evicted:
+        loaded, last = cache.init_load_back(
+            InitLoadBackParams(best_match_node=match.best_match_node, host_hit_length=match.host_hit_length)
+        )
+        if len(loaded):
+            settle(cache)
+            prefix = cache.match_prefix(MatchPrefixParams(key=key)).device_indices
+            last = cache.match_prefix(MatchPrefixParams(key=key)).last_device_node
+    cache.inc_lock_ref(last)
+    m = len(prefix)
+    base = cache.rotation_base_of(last) if m else None
+    new = None
+    if m < len(tokens):
+        new, base = alloc_chain(cache, m, len(tokens), base)
+        if new is None and evict_first:
+            cache.evict(EvictParams(num_tokens=(len(tokens) - m) + ps * 8))
+            new, base = alloc_chain(cache, m, len(tokens), base)
+        if new is None:
+            cache.dec_lock_ref(last)
+            return None
+        write_rows(cache, new, tokens[m:])
+    value = torch.cat([prefix, new]) if new is not None else prefix
+    result = cache.insert(InsertParams(key=key_of(tokens), value=value.clone(), rotation_base=base))
+    if new is not None and result.prefix_len > m:
+        cache.token_to_kv_pool_allocator.free(new[: result.prefix_len - m])
+    cache.dec_lock_ref(last)
+    settle(cache)
+    return value
+
+
+def path_nodes(cache, tokens):
+    """The nodes on ``tokens``' path (no splitting, no access-time update)."""
+    ps = cache.page_size
+    node, off, out = cache.root_node, 0, []
+    key = key_of(tokens)
+    while off + ps <= len(key):
+        child = node.children.get(key.child_key_at(off, ps))
+        if child is None or child.key.match_at(key, off, page_size=ps) < len(child.key):
+            break
+        out.append((child, off))
+        off += len(child.key)
+        node = child
+    return out
+
+
+def all_nodes(cache):
+    stack, out = [cache.root_node], []
+    while stack:
+        n = stack.pop()
+        if n is not cache.root_node:
+            out.append(n)
+        stack.extend(n.children.values())
+    return out
+
+
+def oracle_owner_counts(node, shard_size: int, page_size: int):
+    """Owner counts derived from the node's device indices (tensor path: test oracle only)."""
+    pages = node.value[::page_size] // page_size
+    return tuple(int(x) for x in torch.bincount(pages % shard_size, minlength=shard_size))
+
+
+def oracle_first_owner(node, shard_size: int, page_size: int) -> int:
+    return int(node.value[0]) // page_size % shard_size
