@@ -161,3 +161,19 @@ def test_local_only_material_is_ignored(path):
 @pytest.mark.parametrize("path", ["sglang_overlay/cli.py", "patches/upstream.lock", "scripts/apply_patches.sh"])
 def test_project_files_are_not_ignored(path):
     assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 1, path
+
+
+def test_apply_script_refuses_a_conflicting_sglang_in_the_environment(tmp_path):
+    """An environment that already holds another sglang is refused before anything is installed."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "case \"$2\" in *version_info*) echo 3.11;; *metadata*) echo 0.5.19;; *) echo unexpected \"$@\" >&2; exit 9;; esac\n"
+    )
+    fake.chmod(0o755)
+    proc = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--venv", str(venv)], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "a conflicting sglang 0.5.19 is already installed" in proc.stderr
+    assert not (venv / ".sglang-overlay-incomplete").exists()
