@@ -1,0 +1,97 @@
+"""Scripts for ``tests/support/scripted_server.py`` used by the abort-status tests.
+
+A script runs in the server process: ``fn(prompt_text, request_json) -> steps``.
+Abort status codes that JSON cannot carry (numpy integers, IntEnum members,
+objects whose ``int()`` raises) are picked by name from ``ABORT_CODES``; the
+prompt says which one and when, e.g. ``"abort=np_503 after=2"``.
+"""
+
+from __future__ import annotations
+
+import enum
+from http import HTTPStatus
+
+import numpy as np
+
+
+class QueueStatus(enum.IntEnum):
+    """A component's own IntEnum of HTTP-like codes (not HTTPStatus)."""
+
+    QUEUE_FULL = 429
+
+
+class Unconvertible:
+    """An abort code whose int() raises."""
+
+    def __int__(self):
+        raise RuntimeError("this status object cannot be converted")
+
+    def __index__(self):
+        raise RuntimeError("this status object cannot be converted")
+
+    def __repr__(self):
+        return "<Unconvertible status>"
+
+
+ABORT_CODES = {
+    "httpstatus_503": HTTPStatus.SERVICE_UNAVAILABLE,
+    "int_503": 503,
+    "np_503": np.int64(503),
+    "str_503": "503",
+    "str_429_spaces": " 429 ",
+    "float_503": 503.0,
+    "intenum_429": QueueStatus.QUEUE_FULL,
+    "none": None,
+    "bool_true": True,
+    "neg_1": -1,
+    "zero": 0,
+    "unknown_599": 599,
+    "float_503_5": 503.5,
+    "str_abc": "abc",
+    "unconvertible": Unconvertible(),
+}
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+
+
+def _params(prompt_text: str) -> dict[str, str]:
+    return dict(tok.split("=", 1) for tok in prompt_text.split() if "=" in tok)
+
+
+def hello(prompt_text: str, request: dict) -> list[dict]:
+    """Three words, normal finish."""
+    return [{"text": "hello there general kenobi"}]
+
+
+def slow(prompt_text: str, request: dict) -> list[dict]:
+    """A first chunk, then a long wait: for client-disconnect tests."""
+    return [{"text": "first words"}, {"sleep": 30}, {"text": "never sent"}]
+
+
+def abort_case(prompt_text: str, request: dict) -> list[dict]:
+    """``abort=<ABORT_CODES key> after=<words before the abort> [wait=<s>]``.
+
+    ``after=0`` aborts before any token (the error arrives before the first chunk).
+    With words, the script waits ``wait`` seconds (default 0.05) after them so the
+    first chunk reaches the client before the abort.
+    """
+    p = _params(prompt_text)
+    code = ABORT_CODES[p["abort"]]
+    after = int(p.get("after", "0"))
+    steps: list[dict] = []
+    if after:
+        steps.append({"text": " ".join(WORDS[:after]) + " "})
+        steps.append({"sleep": float(p.get("wait", "0.05"))})
+    elif "delay" in p:
+        steps.append({"sleep": float(p["delay"])})
+    steps.append({"abort": code, "message": f"scripted abort {p['abort']}"})
+    return steps
+
+
+def dispatch(prompt_text: str, request: dict) -> list[dict]:
+    """One server, many behaviours: ``abort=`` prompts abort, ``slow`` stalls, else ``hello``."""
+    if "abort=" in prompt_text:
+        return abort_case(prompt_text, request)
+    if "slow" in prompt_text.split():
+        return slow(prompt_text, request)
+    return hello(prompt_text, request)
