@@ -88,10 +88,18 @@ def abort_case(prompt_text: str, request: dict) -> list[dict]:
     return steps
 
 
+def paced(prompt_text: str, request: dict) -> list[dict]:
+    """``pace=<s>``: two pieces of text with a pause between them, normal finish."""
+    pause = float(_params(prompt_text)["pace"])
+    return [{"text": "alpha beta "}, {"sleep": pause}, {"text": "gamma delta"}]
+
+
 def dispatch(prompt_text: str, request: dict) -> list[dict]:
-    """One server, many behaviours: ``abort=`` prompts abort, ``slow`` stalls, else ``hello``."""
+    """One server, many behaviours: ``abort=`` aborts, ``pace=`` paces, ``slow`` stalls, else ``hello``."""
     if "abort=" in prompt_text:
         return abort_case(prompt_text, request)
+    if "pace=" in prompt_text:
+        return paced(prompt_text, request)
     if "slow" in prompt_text.split():
         return slow(prompt_text, request)
     return hello(prompt_text, request)
