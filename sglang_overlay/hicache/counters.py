@@ -110,4 +110,4 @@ class OwnerLaneCounters:
 def counters_of(cache) -> Optional[OwnerLaneCounters]:
     """The owner-lane counters of a HiRadixCache (None when the patch is inactive on it)."""
     state = getattr(cache, "_cp_owner_lanes", None)
-    return None if state is None else state.counters
+    return state.counters if state else None

@@ -141,6 +141,9 @@ def build_cpu_hicache(
     eviction_policy: str = "lru",
     need_sort: bool = False,
     enable_metrics: bool = False,
+    layers: int = LAYERS,
+    heads: int = HEADS,
+    head_dim: int = HEAD_DIM,
 ):
     """A real HiRadixCache on the CPU; page-interleaved when ``shard_size > 1``.
 
@@ -156,9 +159,9 @@ def build_cpu_hicache(
         logical_slots,
         page_size=page_size,
         dtype=torch.float32,
-        head_num=HEADS,
-        head_dim=HEAD_DIM,
-        layer_num=LAYERS,
+        head_num=heads,
+        head_dim=head_dim,
+        layer_num=layers,
         device="cpu",
         enable_memory_saver=False,
         enable_alt_stream=False,
@@ -211,28 +214,26 @@ def key_of(tokens) -> RadixKey:
     return RadixKey(array("q", tokens))
 
 
-def row_content(tokens: torch.Tensor, layer: int, which: int) -> torch.Tensor:
+def row_content(tokens: torch.Tensor, layer: int, which: int, heads: int, dim: int) -> torch.Tensor:
     """What the model 'wrote' for these tokens: a pure function of token, layer, K/V."""
     base = tokens.to(torch.float32) * 4 + layer * 1e5 + which * 0.5
-    return base[:, None, None].expand(len(tokens), HEADS, HEAD_DIM) + torch.arange(
-        HEAD_DIM, dtype=torch.float32
-    )
+    return base[:, None, None].expand(len(tokens), heads, dim) + torch.arange(dim, dtype=torch.float32)
 
 
 def write_rows(cache, indices: torch.Tensor, tokens) -> None:
     kv = cache.kv_cache
     toks = torch.tensor(list(tokens), dtype=torch.int64)
     for layer in range(kv.layer_num):
-        kv.k_buffer[layer][indices] = row_content(toks, layer, 0)
-        kv.v_buffer[layer][indices] = row_content(toks, layer, 1)
+        kv.k_buffer[layer][indices] = row_content(toks, layer, 0, kv.head_num, kv.head_dim)
+        kv.v_buffer[layer][indices] = row_content(toks, layer, 1, kv.head_num, kv.head_dim)
 
 
 def rows_match(cache, indices: torch.Tensor, tokens) -> bool:
     kv = cache.kv_cache
     toks = torch.tensor(list(tokens), dtype=torch.int64)
     return all(
-        torch.equal(kv.k_buffer[layer][indices], row_content(toks, layer, 0))
-        and torch.equal(kv.v_buffer[layer][indices], row_content(toks, layer, 1))
+        torch.equal(kv.k_buffer[layer][indices], row_content(toks, layer, 0, kv.head_num, kv.head_dim))
+        and torch.equal(kv.v_buffer[layer][indices], row_content(toks, layer, 1, kv.head_num, kv.head_dim))
         for layer in range(kv.layer_num)
     )
 
