@@ -51,6 +51,27 @@ ABORT_CODES = {
     "unconvertible": Unconvertible(),
 }
 
+# What the patched server must answer for each code (status; the original value as the
+# message shows it when the code was unusable and reported as 500). Written out by hand.
+_S = HTTPStatus
+EXPECTED_STATUS = {
+    "httpstatus_503": (_S.SERVICE_UNAVAILABLE, None),
+    "int_503": (_S.SERVICE_UNAVAILABLE, None),
+    "np_503": (_S.SERVICE_UNAVAILABLE, None),
+    "str_503": (_S.SERVICE_UNAVAILABLE, None),
+    "str_429_spaces": (_S.TOO_MANY_REQUESTS, None),
+    "float_503": (_S.SERVICE_UNAVAILABLE, None),
+    "intenum_429": (_S.TOO_MANY_REQUESTS, None),
+    "none": (None, None),
+    "bool_true": (_S.INTERNAL_SERVER_ERROR, "True"),
+    "neg_1": (_S.INTERNAL_SERVER_ERROR, "-1"),
+    "zero": (_S.INTERNAL_SERVER_ERROR, "0"),
+    "unknown_599": (_S.INTERNAL_SERVER_ERROR, "599"),
+    "float_503_5": (_S.INTERNAL_SERVER_ERROR, "503.5"),
+    "str_abc": (_S.INTERNAL_SERVER_ERROR, "'abc'"),
+    "unconvertible": (_S.INTERNAL_SERVER_ERROR, "<Unconvertible status>"),
+}
+
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
 
 

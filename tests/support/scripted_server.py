@@ -384,6 +384,7 @@ def make_tokenizer_manager_class():
             from sglang.srt.managers.tokenizer_manager import ServerStatus
 
             self.scheduler = ScriptedScheduler(self, script)
+            self.peak_live_request_states = 0
             # Upstream's own __init__ (model config, running status, request logging, weight-update
             # lock, LoRA registry, metrics/watchdog, result dispatcher); the two init steps that
             # need a real tokenizer or ZMQ sockets are replaced below.
@@ -435,6 +436,7 @@ def make_tokenizer_manager_class():
         # -- test bookkeeping around upstream's own state init --------------------------
         def _init_req_state(self, obj, request=None):
             super()._init_req_state(obj, request)
+            self.peak_live_request_states = max(self.peak_live_request_states, len(self.rid_to_state))
             if request is not None:  # n > 1 sub-requests come without it, in the same task
                 _REQUEST_JSON.set(_request_json(request))
 
@@ -442,6 +444,7 @@ def make_tokenizer_manager_class():
             return {
                 "live_request_states": len(self.rid_to_state),
                 "live_rids": sorted(self.rid_to_state)[:20],
+                "peak_live_request_states": self.peak_live_request_states,
                 "scheduler_running": len(self.scheduler.tasks),
                 **self.scheduler.counts,
             }
