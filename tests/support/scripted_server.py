@@ -11,15 +11,18 @@ patches off as in production.
 What stands in for the GPU side, each piece named as such:
 
 * ``ScriptedTokenizerManager`` -- a stand-in *subclass* of upstream's
-  ``TokenizerManager``. It does not run ``__init__`` (no ZMQ sockets, no
-  detokenizer, no scheduler processes); it sets the attributes upstream's request
-  path reads and replaces only the three calls that would leave the process:
+  ``TokenizerManager``. It runs upstream's ``__init__`` except the two steps that
+  need a real tokenizer or ZMQ sockets (``init_tokenizer_and_processor``,
+  ``init_ipc_channels``), and replaces only what would leave the process:
+  ``auto_create_handle_loop`` (no detokenizer socket to poll),
   ``_tokenize_one_request`` (word tokenizer below), ``_send_one_request`` and
-  ``_dispatch_to_scheduler`` (the scripted scheduler below). Everything else is
-  upstream's code: ``generate_request``, ``_init_req_state``, ``_wait_one_response``
-  / ``_stream_one_response``, ``_handle_batch_request`` (n > 1),
-  ``_handle_batch_output``, ``_handle_abort_finish_reason``, ``abort_request``,
-  ``create_abort_task`` and the ``rid_to_state`` bookkeeping.
+  ``_dispatch_to_scheduler`` (the scripted scheduler below). ``_init_req_state``
+  is upstream's plus test bookkeeping (peak live states, the request JSON for the
+  script). Everything else is upstream's code: ``generate_request``,
+  ``_wait_one_response`` / ``_stream_one_response``, ``_handle_batch_request``
+  (n > 1), ``_handle_batch_output``, ``_handle_abort_finish_reason``,
+  ``abort_request``, ``_release_req_states_on_failure``, ``create_abort_task`` and
+  the ``rid_to_state`` bookkeeping.
 * ``ScriptedScheduler`` -- runs the test's script per (sub-)request and feeds the
   results back as upstream ``BatchStrOutput`` objects through the real
   ``TokenizerManager._handle_batch_output``; finish reasons are built with
@@ -30,8 +33,11 @@ What stands in for the GPU side, each piece named as such:
   non-whitespace are tokens) whose chat template joins the messages' contents with
   newlines.
 
-Script contract (see ``serve_openai``): ``fn(prompt_text, request_json) -> steps``.
-Usage token counts are whitespace-split word counts.
+Script contract (see ``serve_openai``): ``fn(prompt_text, request_json) -> steps``,
+called once per (sub-)request (n > 1: once per choice). Usage token counts are
+whitespace-split word counts. ``GET /_scripted/stats`` (test-only) reports the live
+``rid_to_state`` count, its peak, running scripts, aborts received, and the
+overlay's ``application.status()`` in the server process.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import argparse
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import importlib
 import os
 import re
@@ -278,7 +285,7 @@ class ScriptedScheduler:
             reasoning_tokens=[0],
             cached_tokens=[0],
             retraction_counts=[0],
-            **{f: None for f in _OPTIONAL_OUTPUT_FIELDS},
+            **{f: None for f in _optional_output_fields()},
         )
         if finish_reason is not None:
             self.counts["finished"] += 1
@@ -354,9 +361,7 @@ def _first_stop(text: str, stops: list[str]):
     return min(hits) if hits else None
 
 
-_OPTIONAL_OUTPUT_FIELDS: tuple[str, ...] = ()
-
-
+@functools.cache
 def _optional_output_fields() -> tuple[str, ...]:
     """BatchStrOutput's required fields the scripted scheduler leaves empty (None)."""
     import msgspec
@@ -401,7 +406,7 @@ def make_tokenizer_manager_class():
             self.tokenizer_ipc_name = None
             self.load_snapshot_reader = None
 
-        # -- the three calls that would leave the process ------------------------------
+        # -- what would leave the process ------------------------------------------------
         def auto_create_handle_loop(self):
             if self.event_loop is None:
                 self.event_loop = asyncio.get_running_loop()
@@ -471,7 +476,6 @@ def _request_json(request) -> dict:
 
 def build_app(script: Callable, model_name: str):
     """Upstream's FastAPI app with the scripted tokenizer manager installed (in this process)."""
-    global _OPTIONAL_OUTPUT_FIELDS
     from fastapi.responses import ORJSONResponse
 
     from sglang.srt.entrypoints import http_server
@@ -480,7 +484,6 @@ def build_app(script: Callable, model_name: str):
     from sglang.srt.parser.template_manager import TemplateManager
     from tests.support.runtime import publish_cpu_runtime
 
-    _OPTIONAL_OUTPUT_FIELDS = _optional_output_fields()
     server_args = publish_cpu_runtime(role="tokenizer", served_model_name=model_name)
     manager = make_tokenizer_manager_class()(server_args, script)
     template_manager = TemplateManager()
