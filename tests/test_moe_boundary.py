@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import sglang_overlay
 from sglang_overlay.moe.boundary import MoeCompactionError, refuse_unsupported_at_startup
 from sglang_overlay.moe.layout import attach_layout, lane_slot_layout, lane_slot_tokens, layout_of
-from tests.support.moe_standins import MoeShape, build_deepseek_moe, reference_moe
+from tests.support.moe_standins import MoeShape, build_deepseek_moe, make_forward_batch, reference_moe
 
 HIDDEN = MoeShape().hidden
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -21,7 +21,6 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 @pytest.fixture(scope="module")
 def env():
     sglang_overlay.apply()
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
     from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
 
     from sglang_overlay.application import status
@@ -29,21 +28,9 @@ def env():
     assert len(status()["applied"]["moe-cp-compaction"]) == 3  # hooked when deepseek_v2 was imported
     moe, recorder = build_deepseek_moe()
     return dict(
-        moe=moe, rec=recorder, ForwardBatch=ForwardBatch, ForwardMode=ForwardMode, cls=DeepseekV2MoE,
+        moe=moe, rec=recorder, cls=DeepseekV2MoE,
         upstream=DeepseekV2MoE.forward_deepep.__wrapped__,
     )
-
-
-def make_batch(env, lens, num_token_non_padded):
-    n = max(sum(lens), 1)
-    batch = env["ForwardBatch"](
-        forward_mode=env["ForwardMode"].EXTEND, batch_size=len(lens), input_ids=torch.zeros(n, dtype=torch.long),
-        req_pool_indices=torch.zeros(len(lens), dtype=torch.long), seq_lens=torch.tensor(lens, dtype=torch.long),
-        out_cache_loc=torch.zeros(n, dtype=torch.long), seq_lens_sum=sum(lens),
-    )
-    batch.extend_seq_lens_cpu = list(lens)
-    batch.num_token_non_padded = torch.tensor(num_token_non_padded, dtype=torch.int32)
-    return batch
 
 
 def lane_slot_case(env, lens, n, r, seed=0):
@@ -55,7 +42,7 @@ def lane_slot_case(env, lens, n, r, seed=0):
     local[tok >= 0] = tokens_x[tok[tok >= 0]]
     layout = lane_slot_layout(lens, n, r)
     # what upstream would pass: the rank's whole row count (no suffix is padding here)
-    batch = make_batch(env, lens, tok.numel())
+    batch = make_forward_batch(lens, tok.numel())
     attach_layout(batch, layout)
     return local, layout, batch, tokens_x[tok[tok >= 0]]
 
@@ -126,7 +113,7 @@ def test_upstream_cp_padding_is_compacted_on_every_rank(env, strategy):
         reset(env)
         with get_parallel().override(attn_cp_size=n, attn_cp_rank=r):
             cp = cls(cp_size=n)
-            batch = make_batch(env, lens, sum(lens))
+            batch = make_forward_batch(lens, sum(lens))
             batch.attn_cp_metadata = cp.build_metadata(sum(lens), lens, lens)
             pad_logical_token_to_physical(batch.attn_cp_metadata)
             local = cp.shard_hidden_states(x, batch)
@@ -157,7 +144,7 @@ def test_index_is_prepared_once_per_forward_for_every_moe_layer(env):
             env["moe"](local, batch)
     assert layout_of(batch) is layout and layout.materializations == 1
     assert len(seen) == 3 and all(t is seen[0] for t in seen)
-    next_batch = make_batch(env, [5, 2, 3], 6)  # the next forward builds its own
+    next_batch = make_forward_batch([5, 2, 3], 6)  # the next forward builds its own
     attach_layout(next_batch, lane_slot_layout([5, 2, 3], 2, 1))
     with torch.no_grad():
         env["moe"](local, next_batch)
@@ -180,7 +167,7 @@ def test_identity_costs_nothing_at_the_boundary(env, case):
 
     lens = [4, 8, 2]
     x = torch.randn(14, HIDDEN)
-    batch = make_batch(env, lens, 14)
+    batch = make_forward_batch(lens, 14)
     if case == "all-valid-lane-slots":
         x = torch.randn(7, HIDDEN)
         attach_layout(batch, lane_slot_layout(lens, 2, 1))
@@ -340,7 +327,7 @@ def test_two_batch_overlap_ops_refuse_dummy_rows(env):
     with pytest.raises(MoeCompactionError, match="two-batch-overlap"):
         env["moe"].op_gate(state)
     plain = _StateDict()
-    plain.update(dict(forward_batch=make_batch(env, [5, 2, 3], 10), hidden_states_mlp_input=local))
+    plain.update(dict(forward_batch=make_forward_batch([5, 2, 3], 10), hidden_states_mlp_input=local))
     with torch.no_grad():
         env["moe"].op_gate(plain)  # upstream's op_gate, unchanged without dummy rows
     assert plain.router_logits.shape == (local.shape[0], MoeShape().experts)

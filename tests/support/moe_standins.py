@@ -49,17 +49,20 @@ class DeepEPDispatcherStandIn:
     dispatch keeps the rows local, combine returns the experts' output. Records
     every dispatch (rows, top-k ids, top-k weights)."""
 
-    def __init__(self):
+    def __init__(self, record: bool = True):
+        self.record = record
         self.received: list[dict] = []
         self._pending = None
 
     def dispatch(self, hidden_states, topk_output):
-        item = dict(
-            hidden_states=hidden_states.clone(),
-            topk_ids=topk_output.topk_ids.clone(),
-            topk_weights=topk_output.topk_weights.clone(),
-        )
-        self.received.append(item)
+        if self.record:
+            self.received.append(
+                dict(
+                    hidden_states=hidden_states.clone(),
+                    topk_ids=topk_output.topk_ids.clone(),
+                    topk_weights=topk_output.topk_weights.clone(),
+                )
+            )
         return hidden_states, topk_output.topk_ids, topk_output.topk_weights
 
     def combine(self, expert_output):
@@ -92,12 +95,12 @@ class ExpertsStandIn(nn.Module):
 
     should_fuse_routed_scaling_factor_in_topk = False
 
-    def __init__(self, shape: MoeShape, generator: torch.Generator, dtype=torch.float32):
+    def __init__(self, shape: MoeShape, generator: torch.Generator, dtype=torch.float32, record: bool = True):
         super().__init__()
         e, h, i = shape.experts, shape.hidden, shape.inter
         self.w13 = nn.Parameter(torch.randn(e, 2 * i, h, generator=generator).to(dtype) * h**-0.5)
         self.w2 = nn.Parameter(torch.randn(e, h, i, generator=generator).to(dtype) * i**-0.5)
-        self.dispatcher = DeepEPDispatcherStandIn()
+        self.dispatcher = DeepEPDispatcherStandIn(record)
 
     def run_moe_core(self, dispatch_output):
         x, ids, weights = dispatch_output
@@ -140,10 +143,26 @@ class Recorder:
         moe.topk.register_forward_pre_hook(on_topk, with_kwargs=True)
 
 
-def init_cpu_parallel() -> None:
-    """One-process gloo world and model-parallel groups (idempotent)."""
-    publish_cpu_runtime()
+def publish_runtime(device: str) -> None:
+    """The CPU runtime context of tests.support.runtime, or the same tiny config on an accelerator."""
+    if device == "cpu":
+        publish_cpu_runtime()
+        return
+    from sglang.srt.runtime_context import publish
+    from sglang.srt.server_args import ServerArgs
+
+    from tests.support.runtime import tiny_model_dir
+
+    publish(ServerArgs(model_path=str(tiny_model_dir()), device=device, skip_tokenizer_init=True), role="scheduler")
+
+
+def init_parallel(device: str = "cpu") -> None:
+    """Runtime context, one-process gloo world and model-parallel groups (idempotent)."""
     from sglang.srt.distributed import parallel_state as ps
+
+    if ps.model_parallel_is_initialized():
+        return
+    publish_runtime(device)
 
     if ps.model_parallel_is_initialized():
         return
@@ -184,13 +203,15 @@ def expert_location_metadata(num_layers: int, num_experts: int):
 
 
 def build_deepseek_moe(
-    shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0, dtype=torch.float32, hash_routing: bool = False
+    shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0, dtype=torch.float32,
+    hash_routing: bool = False, device: str = "cpu", record: bool = True,
 ):
-    """Upstream DeepseekV2MoE with DeepEP stand-ins; returns (moe, Recorder).
+    """Upstream DeepseekV2MoE with DeepEP stand-ins; returns (moe, Recorder or None).
 
     ``hash_routing``: the layer routes by token id (upstream ``HashTopK``, as the
-    first ``num_hash_layers`` layers of DeepSeek-V4 do)."""
-    init_cpu_parallel()
+    first ``num_hash_layers`` layers of DeepSeek-V4 do). ``record=False`` keeps
+    no copies of what gate, top-k and dispatcher receive (benchmarks)."""
+    init_parallel(device)
     from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
     from transformers import DeepseekV3Config
 
@@ -216,12 +237,29 @@ def build_deepseek_moe(
 
     # The model runner publishes this at start-up; forward_deepep's top-k reads it.
     set_global_expert_location_metadata(expert_location_metadata(layer_id + 1, shape.experts), allow_overwrite=True)
-    moe.experts = ExpertsStandIn(shape, g, dtype)
+    moe.experts = ExpertsStandIn(shape, g, dtype, record)
     moe._enable_a2a_moe = True
-    moe.to(dtype).eval()
-    recorder = Recorder()
-    recorder.attach(moe)
+    moe.to(device=device, dtype=dtype).eval()
+    recorder = Recorder() if record else None
+    if recorder is not None:
+        recorder.attach(moe)
     return moe, recorder
+
+
+def make_forward_batch(lens, num_token_non_padded, device="cpu"):
+    """A real upstream ForwardBatch for an extend of requests with these lengths."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    n = max(sum(lens), 1)
+    batch = ForwardBatch(
+        forward_mode=ForwardMode.EXTEND, batch_size=len(lens), input_ids=torch.zeros(n, dtype=torch.long),
+        req_pool_indices=torch.zeros(len(lens), dtype=torch.long), seq_lens=torch.tensor(lens, dtype=torch.long),
+        out_cache_loc=torch.zeros(n, dtype=torch.long), seq_lens_sum=sum(lens),
+    )
+    batch.extend_seq_lens_cpu = list(lens)
+    if num_token_non_padded is not None:
+        batch.num_token_non_padded = torch.tensor(num_token_non_padded, dtype=torch.int32, device=device)
+    return batch
 
 
 def reference_moe(moe, x: torch.Tensor, input_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""What compacting CP dummy rows at the MoE boundary costs, against the MoE work it saves.
+
+Patch ``moe-cp-compaction``. For dummy fractions 0%, 12%, 25% and 50% of a
+rank's rows (interleaved through the batch, as lane-slot compute padding puts
+them), on upstream's own ``DeepseekV2MoE`` (real gate, grouped top-k, shared
+experts) with the CPU stand-ins for DeepEP's dispatcher and experts from
+``tests/support/moe_standins.py``:
+
+- ``moe_padded_s``: upstream ``forward_deepep`` fed every row, dummies included;
+- ``moe_compact_s``: upstream ``forward_deepep`` on the valid rows alone;
+- ``compaction_s``: the patch's own work, i.e. the real boundary hook around a
+  body that does nothing: index preparation (once per forward, counted here on
+  every call), gather, zero-filled scatter;
+- ``patched_s``: the patched ``forward_deepep`` end to end on the padded rows;
+- ``net_speedup`` = ``moe_padded_s / patched_s``.
+
+``identity_overhead_s`` is what the hook adds when there is nothing to compact.
+On a CUDA device (``--device cuda``) the script also runs the real hook under
+``torch.cuda.set_sync_debug_mode("error")`` with a sync-free body, which raises
+on any host sync the boundary adds, and reports ``compaction_fraction``
+(compaction over the patched MoE layer time).
+
+    .venv/bin/python scripts/bench_moe_compaction.py --json out/moe_compaction.json
+    python scripts/bench_moe_compaction.py --device cuda --hidden 7168 --inter 2048 --rows 4096 --dtype bf16
+
+Goals: at 0% the patched boundary costs no measurable time over upstream; at 25%
+and above the compact path is faster end to end (``net_speedup`` > 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+FRACTIONS = (0.0, 0.12, 0.25, 0.5)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(variants: dict, device, repeats: int, warmup: int = 2) -> dict:
+    """Median seconds of each ``fn(prepare())`` (``prepare`` untimed); the variants
+    take turns on every repeat so that load from other processes hits all alike."""
+    times = {name: [] for name in variants}
+    for i in range(warmup + repeats):
+        for name, (fn, prepare) in variants.items():
+            arg = prepare()
+            _sync(device)
+            t0 = time.perf_counter()
+            fn(arg)
+            _sync(device)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def nothing(self, hidden_states, forward_batch, input_ids_global=None):
+    """A MoE body that costs nothing: what is left is the boundary's own work."""
+    return hidden_states
+
+
+def sync_free_body(self, hidden_states, forward_batch, input_ids_global=None):
+    return hidden_states * 2
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--rows", type=int, default=1024, help="CP-local rows of one rank")
+    parser.add_argument("--hidden", type=int, default=1024, help="hidden size (DeepSeek-V3: 7168)")
+    parser.add_argument("--experts", type=int, default=256)
+    parser.add_argument("--top-k", type=int, default=8)
+    parser.add_argument("--inter", type=int, default=64, help="expert intermediate size (DeepSeek-V3: 2048)")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is available here")
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+
+    import sglang_overlay
+
+    sglang_overlay.apply()
+    from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
+
+    from sglang_overlay.moe import boundary
+    from sglang_overlay.moe.layout import ComputePaddingLayout, attach_layout
+    from tests.support.moe_standins import MoeShape, build_deepseek_moe, make_forward_batch
+
+    shape = MoeShape(hidden=args.hidden, experts=args.experts, top_k=args.top_k, n_group=8, topk_group=4,
+                     inter=args.inter)
+    moe, _ = build_deepseek_moe(shape, dtype=dtype, device=str(device), record=False)
+    upstream = DeepseekV2MoE.forward_deepep.__wrapped__
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(args.rows, args.hidden, generator=g).to(device=device, dtype=dtype)
+
+    def batch(rows: int, layout=None):
+        fb = make_forward_batch([rows], rows, device=str(device))
+        if layout is not None:
+            attach_layout(fb, layout)
+        return fb
+
+    results = []
+    sync_check = "not run (no CUDA device)"
+    with torch.no_grad():
+        for fraction in FRACTIONS:
+            n_valid = args.rows - round(fraction * args.rows)
+            valid = torch.sort(torch.randperm(args.rows, generator=g)[:n_valid]).values
+
+            def fresh():  # a new forward: a new layout, so its index is prepared again
+                return batch(args.rows, ComputePaddingLayout(args.rows, valid.clone(), "bench"))
+
+            compact_x = x[valid.to(device)]
+            row = dict(dummy_fraction=fraction, rows=args.rows, valid_rows=n_valid)
+            row.update(timed({
+                "moe_padded_s": (lambda fb: upstream(moe, x, fb), lambda: batch(args.rows)),
+                "moe_compact_s": (lambda fb: upstream(moe, compact_x, fb), lambda: batch(n_valid)),
+                "compaction_s": (lambda fb: boundary.forward_deepep(nothing, moe, x, fb), fresh),
+                "patched_s": (lambda fb: moe.forward_deepep(x, fb), fresh),
+            }, device, args.repeats))
+            row["net_speedup"] = row["moe_padded_s"] / row["patched_s"]
+            row["compaction_fraction"] = row["compaction_s"] / row["patched_s"]
+            results.append(row)
+        ident = batch(args.rows, ComputePaddingLayout.identity(args.rows))
+        ident_s = timed({
+            "hook": (lambda fb: boundary.forward_deepep(nothing, moe, x, fb), lambda: ident),
+            "body": (lambda fb: nothing(moe, x, fb), lambda: ident),
+        }, device, 2000)
+        identity_overhead_s = max(ident_s["hook"] - ident_s["body"], 0.0)
+        if device.type == "cuda":
+            half = torch.arange(0, args.rows, 2)
+            forwards = [batch(args.rows, ComputePaddingLayout(args.rows, half, "bench")) for _ in range(3)]
+            torch.cuda.synchronize(device)
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                for fb in forwards:  # each a new forward: index preparation included
+                    for _layer in range(2):
+                        boundary.forward_deepep(sync_free_body, moe, x, fb)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+            torch.cuda.synchronize(device)
+            sync_check = "passed: the boundary ran under set_sync_debug_mode('error')"
+
+    table = Table(title=f"moe-cp-compaction on {device} ({args.dtype}, hidden {args.hidden}, top-{args.top_k} of "
+                        f"{args.experts} experts, inter {args.inter}, {args.rows} rows)")
+    for col in ("dummy", "valid rows", "compaction ms", "MoE padded ms", "MoE compact ms", "patched ms",
+                "net speedup", "compaction / layer"):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(f"{r['dummy_fraction']:.0%}", str(r["valid_rows"]), f"{r['compaction_s'] * 1e3:.3f}",
+                      f"{r['moe_padded_s'] * 1e3:.2f}", f"{r['moe_compact_s'] * 1e3:.2f}",
+                      f"{r['patched_s'] * 1e3:.2f}", f"{r['net_speedup']:.2f}x", f"{r['compaction_fraction']:.2%}")
+    console = Console()
+    console.print(table)
+    goals = {
+        "identity_overhead_us": identity_overhead_s * 1e6,
+        "identity_overhead_vs_layer": identity_overhead_s / results[0]["moe_padded_s"],
+        "compact_faster_at_25_and_50": all(r["net_speedup"] > 1 for r in results if r["dummy_fraction"] >= 0.25),
+    }
+    console.print(f"identity fast path adds {goals['identity_overhead_us']:.1f} us per MoE layer "
+                  f"({goals['identity_overhead_vs_layer']:.4%} of the layer); compact path faster at >= 25% dummy: "
+                  f"{goals['compact_faster_at_25_and_50']}; host-sync check: {sync_check}")
+    out = dict(
+        device=str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
+        dtype=args.dtype,
+        shape=dict(rows=args.rows, hidden=args.hidden, experts=args.experts, top_k=args.top_k, inter=args.inter),
+        rows=results,
+        identity_overhead_s=identity_overhead_s,
+        goals=goals,
+        sync_check=sync_check,
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 0 if goals["compact_faster_at_25_and_50"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
