@@ -1,0 +1,94 @@
+"""GSM8K answers: the gold number after ``####`` and the number a model's output commits to.
+
+The prediction is read, in this order, from ``#### N``, from "The answer is N", and
+otherwise from the last number in the output. Numbers may carry thousands commas,
+a currency sign, a sign (``-``, the Unicode minus), a decimal part, a trailing
+period or percent sign. Comparison is numeric and exact (``Decimal``), so "18.00"
+equals "18" and "1,000" equals "1000".
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_CURRENCY = "$€£¥₹"
+_MINUS = "-−–"  # ASCII hyphen-minus, Unicode minus, en dash (seen in model outputs)
+# A number: optional sign and currency in either order, then grouped or plain digits, optional decimals.
+_NUMBER = re.compile(
+    rf"(?P<sign>[{_MINUS}])?\s?[{re.escape(_CURRENCY)}]?\s?(?P<sign2>[{_MINUS}])?"
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+)
+_HASHES = re.compile(r"####[ \t]*")
+_THE_ANSWER_IS = re.compile(r"answer\s+is[ \t]*:?[ \t]*", re.IGNORECASE)
+
+
+class GoldAnswerError(ValueError):
+    """A dataset answer without a readable ``#### N``."""
+
+
+def _numbers(text: str) -> list[Decimal]:
+    found = []
+    for m in _NUMBER.finditer(text):
+        digits = m.group("num").replace(",", "")
+        negative = bool(m.group("sign") or m.group("sign2"))
+        if m.group("sign") and m.start() > 0 and (text[m.start() - 1].isalnum() or text[m.start() - 1] in ")]"):
+            negative = bool(m.group("sign2"))  # "5-3": a subtraction, not a negative three
+        if m.start("num") > 0 and text[m.start("num") - 1].isalpha():
+            continue  # part of a word or identifier ("x2", "GPT4"), not a quantity
+        try:
+            value = Decimal(digits)
+        except InvalidOperation:  # pragma: no cover - the pattern only matches decimal literals
+            continue
+        found.append(-value if negative else value)
+    return found
+
+
+def first_number(text: str) -> Decimal | None:
+    nums = _numbers(text)
+    return nums[0] if nums else None
+
+
+def last_number(text: str) -> Decimal | None:
+    nums = _numbers(text)
+    return nums[-1] if nums else None
+
+
+def gold_answer(answer: str) -> Decimal:
+    """The number after the final ``####`` of a GSM8K ``answer`` field."""
+    if "####" not in answer:
+        raise GoldAnswerError(f"no '####' in gold answer {answer[-80:]!r}")
+    value = first_number(answer.rsplit("####", 1)[1])
+    if value is None:
+        raise GoldAnswerError(f"no number after '####' in gold answer {answer[-80:]!r}")
+    return value
+
+
+def extract_prediction(output: str) -> tuple[Decimal | None, str]:
+    """(value, how) where how is "####", "answer-is", "last-number" or "invalid"."""
+    for m in _HASHES.finditer(output):
+        value = first_number(output[m.end():m.end() + 40].split("\n", 1)[0])
+        if value is not None:
+            return value, "####"
+    matches = list(_THE_ANSWER_IS.finditer(output))
+    for m in reversed(matches):
+        value = first_number(output[m.end():m.end() + 40].split("\n", 1)[0])
+        if value is not None:
+            return value, "answer-is"
+    value = last_number(output)
+    if value is not None:
+        return value, "last-number"
+    return None, "invalid"
+
+
+def same_number(a: Decimal | None, b: Decimal | None) -> bool:
+    return a is not None and b is not None and a == b
+
+
+def format_number(value: Decimal | None) -> str | None:
+    """A canonical string for JSON: integers without exponent or trailing zeros."""
+    if value is None:
+        return None
+    if value == value.to_integral_value():
+        return str(value.quantize(Decimal(1)))
+    return format(value.normalize(), "f")
