@@ -95,11 +95,13 @@ class ExpertsStandIn(nn.Module):
 
     should_fuse_routed_scaling_factor_in_topk = False
 
-    def __init__(self, shape: MoeShape, generator: torch.Generator, dtype=torch.float32, record: bool = True):
+    def __init__(self, shape: MoeShape, seed: int, dtype=torch.float32, record: bool = True, device: str = "cpu"):
         super().__init__()
         e, h, i = shape.experts, shape.hidden, shape.inter
-        self.w13 = nn.Parameter(torch.randn(e, 2 * i, h, generator=generator).to(dtype) * h**-0.5)
-        self.w2 = nn.Parameter(torch.randn(e, h, i, generator=generator).to(dtype) * i**-0.5)
+        g = torch.Generator(device=device).manual_seed(seed)
+        # drawn where they live: at DeepSeek-V3 size (256 x 7168 x 2048) they are tens of GB
+        self.w13 = nn.Parameter(torch.randn(e, 2 * i, h, generator=g, device=device, dtype=dtype) * h**-0.5)
+        self.w2 = nn.Parameter(torch.randn(e, h, i, generator=g, device=device, dtype=dtype) * i**-0.5)
         self.dispatcher = DeepEPDispatcherStandIn(record)
 
     def run_moe_core(self, dispatch_output):
@@ -143,29 +145,27 @@ class Recorder:
         moe.topk.register_forward_pre_hook(on_topk, with_kwargs=True)
 
 
-def publish_runtime(device: str) -> None:
-    """The CPU runtime context of tests.support.runtime, or the same tiny config on an accelerator."""
-    if device == "cpu":
-        publish_cpu_runtime()
-        return
+def _publish_accelerator_runtime(device_type: str) -> None:
+    """The tiny config of tests.support.runtime, published for an accelerator (benchmarks)."""
     from sglang.srt.runtime_context import publish
     from sglang.srt.server_args import ServerArgs
 
     from tests.support.runtime import tiny_model_dir
 
-    publish(ServerArgs(model_path=str(tiny_model_dir()), device=device, skip_tokenizer_init=True), role="scheduler")
+    publish(ServerArgs(model_path=str(tiny_model_dir()), device=device_type, skip_tokenizer_init=True), role="scheduler")
 
 
 def init_parallel(device: str = "cpu") -> None:
     """Runtime context, one-process gloo world and model-parallel groups (idempotent)."""
     from sglang.srt.distributed import parallel_state as ps
 
+    device_type = torch.device(device).type
+    if device_type == "cpu":
+        publish_cpu_runtime()  # idempotent
     if ps.model_parallel_is_initialized():
         return
-    publish_runtime(device)
-
-    if ps.model_parallel_is_initialized():
-        return
+    if device_type != "cpu":
+        _publish_accelerator_runtime(device_type)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -189,11 +189,11 @@ def _shared_experts_unfused():
         moe_flags.disable_shared_experts_fusion = saved
 
 
-def expert_location_metadata(num_layers: int, num_experts: int):
+def expert_location_metadata(num_layers: int, num_experts: int, device: str = "cpu"):
     """Upstream's trivial expert placement (logical expert i = physical expert i), one EP rank."""
     from sglang.srt.eplb.expert_location import ExpertLocationMetadata
 
-    physical_to_logical = torch.arange(num_experts).repeat(num_layers, 1)
+    physical_to_logical = torch.arange(num_experts, device=device).repeat(num_layers, 1)
     return ExpertLocationMetadata._init_raw(
         ep_size=1,
         physical_to_logical_map=physical_to_logical,
@@ -224,7 +224,11 @@ def build_deepseek_moe(
     config.topk_method = "noaux_tc"
     config.scoring_func = "sigmoid"
     config.num_hash_layers = layer_id + 1 if hash_routing else 0
-    with _shared_experts_unfused():
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+
+    # as the model loader builds layers: parameters in the model dtype, explicit ones (the fp32
+    # correction bias) as declared
+    with _shared_experts_unfused(), set_default_torch_dtype(dtype):
         moe = DeepseekV2MoE(config, layer_id=layer_id, quant_config=None, prefix=f"model.layers.{layer_id}.mlp")
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -236,10 +240,12 @@ def build_deepseek_moe(
     from sglang.srt.eplb.expert_location import set_global_expert_location_metadata
 
     # The model runner publishes this at start-up; forward_deepep's top-k reads it.
-    set_global_expert_location_metadata(expert_location_metadata(layer_id + 1, shape.experts), allow_overwrite=True)
-    moe.experts = ExpertsStandIn(shape, g, dtype, record)
+    set_global_expert_location_metadata(
+        expert_location_metadata(layer_id + 1, shape.experts, device), allow_overwrite=True
+    )
+    moe.experts = ExpertsStandIn(shape, seed + 1, dtype, record, device)
     moe._enable_a2a_moe = True
-    moe.to(device=device, dtype=dtype).eval()
+    moe.to(device=device).eval()
     recorder = Recorder() if record else None
     if recorder is not None:
         recorder.attach(moe)
