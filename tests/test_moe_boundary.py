@@ -7,6 +7,8 @@ The overlay is applied in-process; ``UPSTREAM`` is the unwrapped original.
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import sglang_overlay
@@ -76,6 +78,24 @@ def test_valid_rows_match_dense_reference_and_dummy_rows_are_zero(env, lens, n, 
     assert torch.equal(dispatched["hidden_states"], seen)
     assert dispatched["topk_ids"].shape[0] == layout.num_valid
     assert int(batch.num_token_non_padded) == local.shape[0]  # restored for the rest of the forward
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lens=st.lists(st.integers(min_value=0, max_value=40), min_size=0, max_size=12),
+    n=st.sampled_from([1, 2, 3, 4, 8]),
+    data=st.data(),
+)
+def test_random_lane_slot_batches_match_the_reference(env, lens, n, data):
+    r = data.draw(st.integers(min_value=0, max_value=n - 1), label="rank")
+    local, layout, batch, valid_x = lane_slot_case(env, lens, n, r, seed=sum(lens) + n)
+    with torch.no_grad():
+        out = env["moe"](local, batch)
+        ref = reference_moe(env["moe"], valid_x)
+    mask = layout.valid_mask()
+    assert out.shape == local.shape
+    torch.testing.assert_close(out[mask], ref, **TOL)
+    assert torch.count_nonzero(out[~mask]) == 0
 
 
 def _forward(env, path, local, batch):
