@@ -52,15 +52,15 @@ def sse_payloads(text: str) -> list:
     return out
 
 
-def call(client: httpx.Client, endpoint: str, key: str, *, after: int, stream: bool, **extra):
-    r = client.post(PATHS[endpoint], json=body_for(endpoint, f"abort={key} after={after}", stream=stream, **extra))
-    return r
+def call(client: httpx.Client, endpoint: str, key: str, *, after: int, stream: bool, via: str = "output", **extra):
+    prompt = f"abort={key} after={after} via={via}"
+    return client.post(PATHS[endpoint], json=body_for(endpoint, prompt, stream=stream, **extra))
 
 
-def ok_stream(base_url: str, endpoint: str, key: str, after: int) -> list:
+def ok_stream(base_url: str, endpoint: str, key: str, after: int, via: str = "output") -> list:
     """POST a streaming request that must answer HTTP 200 with a well-formed SSE stream."""
     with httpx.Client(base_url=base_url, timeout=30) as client:
-        r = call(client, endpoint, key, after=after, stream=True)
+        r = call(client, endpoint, key, after=after, stream=True, via=via)
     assert r.status_code == 200, r.text
     payloads = sse_payloads(r.text)
     check_well_formed_stream(payloads)
@@ -180,7 +180,8 @@ def test_stream_abort_after_first_chunk_is_an_in_band_error(patched_client, endp
     payloads = ok_stream(str(patched_client.base_url), endpoint, key, after=2)
     assert streamed_text(payloads) == "alpha beta "
     usage = [p["usage"] for p in payloads if isinstance(p, dict) and p.get("usage")]
-    assert usage[-1]["completion_tokens"] == 2 and usage[-1]["prompt_tokens"] == 2
+    assert usage[-1]["completion_tokens"] == 2  # "alpha beta"
+    assert usage[-1]["prompt_tokens"] == 3  # "abort=... after=2 via=output"
     status, _ = EXPECTED_STATUS[key]
     if status is None:
         assert finish_reasons(payloads) == ["abort"] and errors(payloads) == []
@@ -211,6 +212,24 @@ def test_n2_chat_stream_with_aborting_choices(patched, patched_client, after):
 def test_n2_non_stream_with_aborting_choices(patched_client):
     r = patched_client.post(PATHS["completions"], json=body_for("completions", "abort=str_503 after=1", stream=False, n=2))
     assert r.status_code == 503
+
+
+@pytest.mark.parametrize("mode", ["non_stream", "before_first_chunk", "after_first_chunk"])
+@pytest.mark.parametrize("key", ["int_503", "str_429_spaces", "str_abc", "none", "httpstatus_503"])
+def test_scheduler_abort_echo_path(patched_client, key, mode):
+    """Aborts the scheduler answers with an AbortReq echo (waiting/running timeouts) go through
+    upstream's _handle_abort_req, not _handle_batch_output: same answers."""
+    status, _ = EXPECTED_STATUS[key]
+    if mode == "after_first_chunk":
+        payloads = ok_stream(str(patched_client.base_url), "chat", key, after=2, via="abort_req")
+        assert [e["code"] for e in errors(payloads)] == ([status.value] if status else [])
+        return
+    stream = mode == "before_first_chunk"
+    r = call(patched_client, "completions", key, after=0, stream=stream, via="abort_req")
+    if status is None:
+        assert r.status_code == 200 and "abort" in r.text
+    else:
+        assert (r.status_code, r.json()["code"]) == (status.value, status.value)
 
 
 # --------------------------------------------------------------------------- patched: openai client
@@ -377,3 +396,36 @@ def test_a_malformed_switch_refuses_start_up():
         with serve_openai(SCRIPT, env={"SGLANG_OVERLAY_ABORT_HTTP_STATUS": "maybe"}):
             pass
     assert "SGLANG_OVERLAY_ABORT_HTTP_STATUS='maybe'" in str(info.value)
+
+
+# --------------------------------------------------------------------------- msgpack IPC: where plain ints come from
+
+# Under SGLANG_USE_PICKLE_IPC=0 upstream's own msgpack codec carries the scheduler's
+# HTTPStatus.SERVICE_UNAVAILABLE across the process boundary as a plain int 503.
+
+
+@pytest.fixture(scope="module")
+def msgpack_servers():
+    with serve_openai(SCRIPT, env={"SGLANG_USE_PICKLE_IPC": "0"}) as patched_mp:
+        with serve_openai(
+            SCRIPT, env={"SGLANG_USE_PICKLE_IPC": "0", "SGLANG_OVERLAY_DISABLE": "openai-abort-status"}
+        ) as upstream_mp:
+            yield patched_mp, upstream_mp
+
+
+@pytest.mark.parametrize("via", ["output", "abort_req"])
+def test_msgpack_ipc_turns_the_enum_into_an_int_and_only_the_patch_reports_it(msgpack_servers, via):
+    patched_mp, upstream_mp = msgpack_servers
+    after = ok_stream(patched_mp.base_url, "chat", "httpstatus_503", after=2, via=via)
+    assert [(e["code"], e["type"]) for e in errors(after)] == [(503, "SERVICE_UNAVAILABLE")]
+    with httpx.Client(base_url=patched_mp.base_url, timeout=30) as client:
+        assert call(client, "chat", "httpstatus_503", after=0, stream=True, via=via).status_code == 503
+
+    for after_words in (0, 2):  # upstream: a graceful abort, HTTP 200, no error anywhere
+        payloads = ok_stream(upstream_mp.base_url, "chat", "httpstatus_503", after=after_words, via=via)
+        assert errors(payloads) == [] and finish_reasons(payloads) == ["abort"]
+
+
+def test_msgpack_servers_are_clean(msgpack_servers):
+    for server in msgpack_servers:
+        check_clean(server)

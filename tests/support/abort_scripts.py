@@ -90,11 +90,12 @@ def slow(prompt_text: str, request: dict) -> list[dict]:
 
 
 def abort_case(prompt_text: str, request: dict) -> list[dict]:
-    """``abort=<ABORT_CODES key> after=<words before the abort> [wait=<s>]``.
+    """``abort=<ABORT_CODES key> after=<words before the abort> [wait=<s>] [via=abort_req]``.
 
     ``after=0`` aborts before any token (the error arrives before the first chunk).
     With words, the script waits ``wait`` seconds (default 0.05) after them so the
-    first chunk reaches the client before the abort.
+    first chunk reaches the client before the abort. ``via=abort_req``: the abort comes
+    as the scheduler's AbortReq echo (timeouts) instead of a finished batch output.
     """
     p = _params(prompt_text)
     code = ABORT_CODES[p["abort"]]
@@ -105,7 +106,7 @@ def abort_case(prompt_text: str, request: dict) -> list[dict]:
         steps.append({"sleep": float(p.get("wait", "0.05"))})
     elif "delay" in p:
         steps.append({"sleep": float(p["delay"])})
-    steps.append({"abort": code, "message": f"scripted abort {p['abort']}"})
+    steps.append({"abort": code, "message": f"scripted abort {p['abort']}", "via": p.get("via", "output")})
     return steps
 
 

@@ -27,6 +27,11 @@ What stands in for the GPU side, each piece named as such:
   results back as upstream ``BatchStrOutput`` objects through the real
   ``TokenizerManager._handle_batch_output``; finish reasons are built with
   upstream's ``FINISH_MATCHED_STR`` / ``FINISH_MATCHED_TOKEN`` / ``FINISH_ABORT``.
+  Every message first crosses upstream's IPC serialization (pickle, or upstream's
+  msgpack codec under ``SGLANG_USE_PICKLE_IPC=0``), as between real processes.
+  An abort step with ``"via": "abort_req"`` is answered the way the scheduler's
+  timeout aborts are: an ``AbortReq`` echo with the finish reason, handled by
+  upstream's ``_handle_abort_req``.
   An ``AbortReq`` from the tokenizer manager (client gone) cancels the script and
   answers with an abort finish, as the real scheduler does.
 * ``ScriptedWordTokenizer`` -- a reversible tokenizer (runs of whitespace and of
@@ -43,12 +48,14 @@ overlay's ``application.status()`` in the server process.
 from __future__ import annotations
 
 import argparse
+from array import array
 import asyncio
 import contextvars
 import dataclasses
 import functools
 import importlib
 import os
+import pickle
 import re
 import socket
 import subprocess
@@ -279,7 +286,7 @@ class ScriptedScheduler:
             http_worker_ipcs=None,
             finished_reasons=[finish_reason],
             output_strs=[text],
-            output_ids=[tokenizer.encode(text)],
+            output_ids=[array("i", tokenizer.encode(text))],
             prompt_tokens=[prompt_words],
             completion_tokens=[completion_words],
             reasoning_tokens=[0],
@@ -289,7 +296,17 @@ class ScriptedScheduler:
         )
         if finish_reason is not None:
             self.counts["finished"] += 1
-        await self.manager._handle_batch_output(out)
+        await self.manager._handle_batch_output(ipc_round_trip(out))
+
+    def _abort_in_scheduler(self, rid: str, reason: dict) -> None:
+        """The scheduler's own abort (waiting/running timeout, queue full): an AbortReq echo
+        carrying the finish reason, handled by upstream's ``_handle_abort_req``."""
+        from sglang.srt.managers.io_struct import AbortReq
+
+        self.counts["finished"] += 1
+        self.manager._handle_abort_req(
+            ipc_round_trip(AbortReq(rid=rid, abort_message=reason["message"], finished_reason=reason))
+        )
 
     async def _run_logged(self, req: ScriptedTokenizedRequest, request_json: dict) -> None:
         try:
@@ -340,12 +357,26 @@ class ScriptedScheduler:
                 reason = FINISH_ABORT(
                     message=step.get("message", "Aborted (scripted)"), status_code=step["abort"]
                 ).to_json()
-                await self._emit(req.rid, "", prompt_words, reason, len(emitted.split()))
+                if step.get("via") == "abort_req":
+                    self._abort_in_scheduler(req.rid, reason)
+                else:
+                    await self._emit(req.rid, "", prompt_words, reason, len(emitted.split()))
                 return
             else:
                 raise ValueError(f"unknown script step {step!r}")
         reason = FINISH_MATCHED_TOKEN(matched=EOS_TOKEN_ID).to_json()
         await self._emit(req.rid, "", prompt_words, reason, len(emitted.split()))
+
+
+def ipc_round_trip(obj):
+    """What crossing upstream's scheduler/detokenizer -> tokenizer-manager IPC does to ``obj``:
+    pickle (SGLANG_USE_PICKLE_IPC=1, the default) or upstream's msgpack codec (=0), which for
+    example turns an HTTPStatus inside a finish reason into a plain int."""
+    from sglang.srt.managers import io_struct
+
+    if io_struct._USE_PICKLE_IPC:
+        return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    return io_struct.msgpack_decode(io_struct.msgpack_encode(obj))
 
 
 def _chunks(text: str, n: int) -> list[str]:
