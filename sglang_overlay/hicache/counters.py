@@ -32,6 +32,7 @@ class OwnerLaneCounters:
     leaves_evicted: int = 0
     pages_evicted_per_lane: List[int] = field(default_factory=list)
     warnings: Dict[str, int] = field(default_factory=dict)
+    last_plan_ms: float = 0.0  # duration of the latest planning pass (benchmarks read it)
     _collector: Optional[object] = None
 
     def __post_init__(self) -> None:

@@ -42,13 +42,14 @@ def _aligned_view(cache, key):
     return view.page_aligned(cache.page_size)
 
 
-def _walk(cache, key):
-    """(node, start token, matched tokens) along ``key``'s path, as upstream walks it."""
+def _walk(cache, key, node=None, offset=0):
+    """(node, start token, matched tokens) along ``key``'s path, as upstream walks it,
+    optionally resuming at ``node`` (which covers the key up to ``offset``)."""
     ps = cache.page_size
-    node = cache.root_node
-    offset = 0
-    while offset < len(key):
-        child = node.children.get(key.child_key_at(offset, ps)) if len(key) - offset >= ps else None
+    node = cache.root_node if node is None else node
+    klen = len(key)
+    while klen - offset >= ps:
+        child = node.children.get(key.child_key_at(offset, ps))
         if child is None:
             return
         matched = child.key.match_at(key, offset, page_size=ps)
@@ -66,38 +67,43 @@ def insert_hook(original, self, params):
     if state is None or params.key is None:
         return original(self, params)
     key = _aligned_view(self, params.key)
-    evicted_before = [(t, t + m) for n, t, m in _walk(self, key) if n.value is None]
+    before = [(x, t, m, m == len(x.key), x.value is None) for x, t, m in _walk(self, key)]
     result = original(self, params)
     base = params.rotation_base
     if base is None:
         base = _REQ_ROTATION_BASE.get()
-    _stamp_path(self, state, key, base, evicted_before)
+    _stamp(self, state, key, base, before)
     return result
 
 
-def _stamp_path(cache, state, key, base, evicted_before) -> None:
+def _stamp(cache, state, key, base, before) -> None:
+    """Stamp what the insert changed: evicted nodes it re-pointed at the request's
+    pages (re-stamped from ``base``) and the nodes it created past the old path.
+    Costs one walk over the new tail only; the old path is known from ``before``."""
     ps, n = state.page_size, state.shard_size
-    parent_meta = None
-    for node, start, matched in _walk(cache, key):
+    resume, resume_at = None, 0
+    for node, start, matched, full, was_evicted in before:
+        if full:
+            resume, resume_at = node, start + matched
+        if not was_evicted or base is None:
+            continue
+        # A partially matched node was split by the insert: its prefix is the new parent.
+        target = node if full else node.parent
+        if target.value is not None:
+            md.put(target, md.CpHiCacheNodeMetadata.for_chain(n, base, start // ps, len(target.key) // ps))
+    parent_meta = md.get(resume) if resume is not None else None
+    for node, start, matched in _walk(cache, key, resume, resume_at):
         pages = len(node.key) // ps
         start_page = start // ps
         meta = md.get(node)
-        if base is not None:
-            phase = (base + start_page) % n
-        elif parent_meta is not None:
-            phase = parent_meta.next_owner
-        elif meta is None and node.parent is not cache.root_node:
-            phase = ensure_meta(cache, state, node.parent).next_owner
-        else:
-            phase = None
-        stale = meta is None or meta.start_page != start_page or meta.num_pages != pages
-        repointed = (
-            base is not None
-            and node.value is not None
-            and any(lo <= start and start + len(node.key) <= hi for lo, hi in evicted_before)
-        )
-        if stale or repointed:
-            if phase is None:
+        if meta is None or meta.start_page != start_page or meta.num_pages != pages:
+            if base is not None:
+                phase = (base + start_page) % n
+            elif parent_meta is not None:
+                phase = parent_meta.next_owner
+            elif node.parent is not cache.root_node:
+                phase = ensure_meta(cache, state, node.parent).next_owner
+            else:
                 phase = state.allocator.least_full_class()  # new chain without a base
             meta = md.CpHiCacheNodeMetadata(n, phase, start_page, pages)
             md.put(node, meta)

@@ -153,10 +153,6 @@ def _lanes(values) -> str:
 
 
 def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None):
-    import torch
-    from sglang.srt.disaggregation.kv_events import StorageMedium
-    from sglang.srt.managers.cache_controller import CacheOperation
-
     last_hit_node = node
     nodes_to_load = []
     while node.evicted:
@@ -193,6 +189,7 @@ def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None)
     plan = plan_owner_lane_eviction(cache, need, free_before, state.index, shard_size)
     plan_ms = (time.perf_counter() - t0) * 1e3
     finish_plan(plan)
+    counters.last_plan_ms = plan_ms
 
     if any(plan.deficit):
         counters.plans += 1
@@ -248,6 +245,18 @@ def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None)
         counters.record_outcome(False)
         return None
 
+    commit_load(cache, nodes_to_load, last_hit_node, device_indices)
+    counters.record_outcome(True)
+    return device_indices
+
+
+def commit_load(cache, nodes_to_load, last_hit_node, device_indices) -> None:
+    """Upstream's load-back tail: queue the host-to-device copy on the controller,
+    point the nodes at their new device indices, publish, lock the hit node."""
+    import torch
+    from sglang.srt.disaggregation.kv_events import StorageMedium
+    from sglang.srt.managers.cache_controller import CacheOperation
+
     host_indices = torch.cat([n.host_value for n in nodes_to_load])
     cache.cache_controller.load_queue.append(
         CacheOperation(host_indices, device_indices, last_hit_node.id)
@@ -262,5 +271,3 @@ def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None)
         cache.kv_events.record_store(n, medium=StorageMedium.GPU)
     cache.evictable_size_ += len(device_indices)
     cache.inc_lock_ref(last_hit_node)
-    counters.record_outcome(True)
-    return device_indices

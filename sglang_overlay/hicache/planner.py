@@ -189,7 +189,36 @@ def plan_owner_lane_eviction(
         if parent is not root and parent is not None and parent.value is not None:
             if all(ch.value is None or ch in chosen for ch in parent.children.values()):
                 heapq.heappush(promoted, (get_priority(parent), next(seq), parent))
+    if not outstanding and len(plan.leaves) > 1:
+        _prune(plan, chosen, shard_size)
     return plan
+
+
+def _prune(plan: LanePlan, chosen: set, shard_size: int) -> None:
+    """Drop leaves a later pick made redundant, most valuable (latest taken) first.
+
+    The walk takes a leaf when it frees a lane that is still short; a leaf taken
+    later for another lane can cover that lane too. Dropping such leaves keeps
+    every deficit covered and evicts only what some lane needs. A leaf whose
+    parent stays in the plan is kept (the parent can only go after it).
+    """
+    counts = {id(x): md.get(x).owner_counts(shard_size) for x in plan.leaves}
+    total = list(plan.pages_per_lane)
+    deficit = plan.deficit
+    kept = []
+    for leaf in reversed(plan.leaves):
+        c = counts[id(leaf)]
+        if leaf.parent not in chosen and all(
+            total[lane] - c[lane] >= deficit[lane] for lane in range(shard_size)
+        ):
+            chosen.discard(leaf)
+            for lane in range(shard_size):
+                total[lane] -= c[lane]
+            continue
+        kept.append(leaf)
+    kept.reverse()
+    plan.leaves = kept
+    plan.pages_per_lane = total
 
 
 def finish_plan(plan: LanePlan) -> None:
