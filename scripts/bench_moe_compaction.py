@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,8 +52,9 @@ def _sync(device: torch.device) -> None:
 
 
 def timed(variants: dict, device, repeats: int, warmup: int = 2) -> dict:
-    """Median seconds of each ``fn(prepare())`` (``prepare`` untimed); the variants
-    take turns on every repeat so that load from other processes hits all alike."""
+    """Seconds of each ``fn(prepare())`` (``prepare`` untimed), the minimum over the
+    repeats: the variants take turns on every repeat and the minimum is the run least
+    disturbed by other processes on a shared machine."""
     times = {name: [] for name in variants}
     for i in range(warmup + repeats):
         for name, (fn, prepare) in variants.items():
@@ -65,7 +65,7 @@ def timed(variants: dict, device, repeats: int, warmup: int = 2) -> dict:
             _sync(device)
             if i >= warmup:
                 times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: min(t) for name, t in times.items()}
 
 
 def nothing(self, hidden_states, forward_batch, input_ids_global=None):
@@ -88,6 +88,7 @@ def main() -> int:
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (steadier on a shared machine)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
 
@@ -95,6 +96,7 @@ def main() -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is available here")
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    torch.set_num_threads(args.threads)
 
     import sglang_overlay
 
@@ -182,6 +184,7 @@ def main() -> int:
         device=str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
         dtype=args.dtype,
         shape=dict(rows=args.rows, hidden=args.hidden, experts=args.experts, top_k=args.top_k, inter=args.inter),
+        timing=f"min of {args.repeats} interleaved repeats after 2 warm-ups, {args.threads} CPU thread(s)",
         rows=results,
         identity_overhead_s=identity_overhead_s,
         goals=goals,
