@@ -184,26 +184,23 @@ def test_impossible_deficit_refused_cleanly(caplog):
     for x in leaves[3]:
         cache.inc_lock_ref(x)
     node = cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(target))).best_match_node
-    before = (
-        free_counts(cache),
-        cache.evictable_size_,
-        cache.protected_size_,
-        cache.cache_controller.mem_pool_host.available_size(),
-        len(cache.evictable_leaves),
-    )
+
+    def snapshot():
+        return (
+            free_counts(cache),
+            cache.evictable_size_,
+            cache.protected_size_,
+            cache.cache_controller.mem_pool_host.available_size(),
+            len(cache.evictable_leaves),
+        )
+
+    before = snapshot()
     with caplog.at_level(logging.WARNING, logger="sglang_overlay.hicache"):
         indices, last = cache.init_load_back(
             hc.InitLoadBackParams(best_match_node=node, host_hit_length=len(target))
         )
     assert len(indices) == 0 and last is cache.root_node  # a cache miss
-    after = (
-        free_counts(cache),
-        cache.evictable_size_,
-        cache.protected_size_,
-        cache.cache_controller.mem_pool_host.available_size(),
-        len(cache.evictable_leaves),
-    )
-    assert after == before  # nothing evicted, no page or lock leaked
+    assert snapshot() == before  # nothing evicted, no page or lock leaked
     assert node.host_ref_counter == 0 and node.evicted and node.backuped
     assert cache.root_node.lock_ref == 1
     assert not cache.cache_controller.load_queue
