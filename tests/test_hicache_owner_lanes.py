@@ -317,3 +317,21 @@ def test_not_page_interleaved_keeps_upstream():
     assert len(indices) == 16 and hc.rows_match(cache, node.value, toks)
     assert state_of(cache) is None and counters_of(cache) is None
     assert all(md.get(x) is None for x in hc.all_nodes(cache))
+
+
+def test_plain_radix_cache_untouched():
+    """The RadixCache-level hooks (leaf status, cache_*_req) leave other caches alone."""
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.radix_cache import RadixCache
+
+    cache = RadixCache.create_simulated(page_size=1)
+    cache.insert(InsertParams(key=hc.key_of([1, 2, 3])))
+    cache.insert(InsertParams(key=hc.key_of([1, 2, 4, 5])))
+    assert len(cache.evictable_leaves) == 2  # leaf status still upstream's
+    leaf = next(iter(cache.evictable_leaves))
+    cache.inc_lock_ref(leaf)
+    assert leaf not in cache.evictable_leaves
+    cache.dec_lock_ref(leaf)
+    assert leaf in cache.evictable_leaves
+    assert not cache.__dict__.get("_cp_owner_lanes")
+    assert cache.rotation_base_of(cache.root_node) is None

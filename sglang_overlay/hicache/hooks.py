@@ -7,8 +7,6 @@
   ``cache_finished_req``/``cache_unfinished_req``, which build their
   ``InsertParams`` without it upstream).
 - ``HiRadixCache._split_node`` (AROUND): splits the metadata with the node.
-- ``RadixCache._update_leaf_status`` (AFTER): tells the leaf-order index about a
-  node that may have become an evictable leaf.
 - ``BasePrefixCache.rotation_base_of`` (AROUND): answers the chain's rotation base
   from the metadata, so sharded allocation can extend a HiCache chain.
 - ``RadixCache.cache_finished_req``/``cache_unfinished_req`` (AROUND): carry the
@@ -23,7 +21,7 @@ from __future__ import annotations
 import contextvars
 
 from sglang_overlay.hicache import metadata as md
-from sglang_overlay.hicache.state import ensure_meta, existing_state, state_of
+from sglang_overlay.hicache.state import ensure_meta, state_of
 
 _REQ_ROTATION_BASE: contextvars.ContextVar = contextvars.ContextVar("cp_owner_lane_req_base", default=None)
 
@@ -121,13 +119,6 @@ def split_node_hook(original, self, key, child, split_len):
         md.put(new_node, left)
         md.put(child, right)
     return new_node
-
-
-def update_leaf_status_after(result, self, node):
-    state = existing_state(self)
-    if state is not None:
-        state.index.note(node)
-    return None
 
 
 def rotation_base_of_hook(original, self, node):

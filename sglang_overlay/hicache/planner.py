@@ -12,7 +12,8 @@ count tensor calls to prove it).
 
 Upstream rebuilds a heap over every evictable leaf on each ``evict`` call.
 :class:`LeafOrderIndex` keeps a persistent lazy heap instead: leaves are pushed
-when upstream's ``_update_leaf_status`` makes them evictable, stale entries are
+when upstream's ``_update_leaf_status`` adds them to the cache's
+``evictable_leaves`` (a :class:`NotifyingLeafSet` on patched caches), stale entries are
 dropped when popped, and an entry whose priority grew since it was pushed is
 re-pushed with its current priority. That is exact for eviction strategies whose
 priorities never decrease (LRU, LFU, FIFO, priority, SLRU); for the others the
@@ -37,6 +38,25 @@ def is_monotone(strategy) -> bool:
     return any(klass.__name__ in MONOTONE_STRATEGIES for klass in type(strategy).__mro__)
 
 
+class NotifyingLeafSet(set):
+    """Upstream's ``evictable_leaves`` set, telling the index about every ``add``.
+
+    Installed only on page-interleaved HiRadixCaches (``state.py``); upstream
+    adds leaves in exactly one place (``RadixCache._update_leaf_status``).
+    """
+
+    __slots__ = ("on_add",)
+
+    def __init__(self, items=(), on_add=None):
+        super().__init__(items)
+        self.on_add = on_add
+
+    def add(self, node) -> None:
+        set.add(self, node)
+        if self.on_add is not None:
+            self.on_add(node)
+
+
 class LeafOrderIndex:
     """Persistent lazy priority heap over a cache's evictable device leaves."""
 
@@ -57,7 +77,7 @@ class LeafOrderIndex:
         self._queued = set(self.leaves)
 
     def note(self, node) -> None:
-        """Called after upstream updated ``node``'s leaf status."""
+        """Called when upstream adds ``node`` to ``evictable_leaves``."""
         if node in self._queued or node not in self.leaves:
             return
         heapq.heappush(self._heap, (self.get_priority(node), next(self._seq), node))

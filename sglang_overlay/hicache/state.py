@@ -15,7 +15,7 @@ from typing import Optional
 
 from sglang_overlay.hicache import metadata as md
 from sglang_overlay.hicache.counters import OwnerLaneCounters
-from sglang_overlay.hicache.planner import LeafOrderIndex, is_monotone
+from sglang_overlay.hicache.planner import LeafOrderIndex, NotifyingLeafSet, is_monotone
 
 STATE_ATTR = "_cp_owner_lanes"
 SLOW_PLAN_ENV = "SGLANG_OVERLAY_OWNER_LANE_SLOW_PLAN_MS"
@@ -41,11 +41,11 @@ class OwnerLaneState:
         self.allocator = allocator
         self.shard_size = allocator.shard_size
         self.page_size = cache.page_size
-        self.index = LeafOrderIndex(
-            cache.evictable_leaves,
-            cache.eviction_strategy.get_priority,
-            is_monotone(cache.eviction_strategy),
-        )
+        # Upstream keeps this one set object for the cache's life (reset() clears it).
+        leaves = NotifyingLeafSet(cache.evictable_leaves)
+        cache.evictable_leaves = leaves
+        self.index = LeafOrderIndex(leaves, cache.eviction_strategy.get_priority, is_monotone(cache.eviction_strategy))
+        leaves.on_add = self.index.note
         self.counters = OwnerLaneCounters(self.shard_size)
         collector = getattr(cache, "metrics_collector", None)
         if collector is not None:
@@ -73,11 +73,6 @@ def state_of(cache) -> Optional[OwnerLaneState]:
     state = OwnerLaneState(cache, allocator)
     cache.__dict__[STATE_ATTR] = state
     return state
-
-
-def existing_state(cache) -> Optional[OwnerLaneState]:
-    """The state if it was already created (never creates one: hot-path hooks)."""
-    return cache.__dict__.get(STATE_ATTR) or None
 
 
 def node_pages(node, page_size: int) -> int:

@@ -15,7 +15,6 @@ PATCH = Patch(
         Target(_HIRADIX, "HiRadixCache.load_back", "sglang_overlay.hicache.load_back:load_back_hook", "AROUND"),
         Target(_HIRADIX, "HiRadixCache.insert", f"{_HOOKS}:insert_hook", "AROUND"),
         Target(_HIRADIX, "HiRadixCache._split_node", f"{_HOOKS}:split_node_hook", "AROUND"),
-        Target(_RADIX, "RadixCache._update_leaf_status", f"{_HOOKS}:update_leaf_status_after", "AFTER"),
         Target(_RADIX, "RadixCache.cache_finished_req", f"{_HOOKS}:cache_finished_req_hook", "AROUND"),
         Target(_RADIX, "RadixCache.cache_unfinished_req", f"{_HOOKS}:cache_unfinished_req_hook", "AROUND"),
         Target(
