@@ -117,11 +117,15 @@ def paced(prompt_text: str, request: dict) -> list[dict]:
 
 
 def dispatch(prompt_text: str, request: dict) -> list[dict]:
-    """One server, many behaviours: ``abort=`` aborts, ``pace=`` paces, ``slow`` stalls, else ``hello``."""
+    """One server, many behaviours: ``abort=`` aborts, ``pace=`` paces, ``slow`` stalls, else ``hello``.
+
+    ``gate=<n>`` first holds the request until ``n`` requests were live at once.
+    """
+    gate = [{"gate": int(_params(prompt_text)["gate"])}] if "gate=" in prompt_text else []
     if "abort=" in prompt_text:
-        return abort_case(prompt_text, request)
+        return gate + abort_case(prompt_text, request)
     if "pace=" in prompt_text:
-        return paced(prompt_text, request)
+        return gate + paced(prompt_text, request)
     if "slow" in prompt_text.split():
         return slow(prompt_text, request)
     return hello(prompt_text, request)

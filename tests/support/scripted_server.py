@@ -38,7 +38,8 @@ What stands in for the GPU side, each piece named as such:
   non-whitespace are tokens) whose chat template joins the messages' contents with
   newlines.
 
-Script contract (see ``serve_openai``): ``fn(prompt_text, request_json) -> steps``,
+Script contract (see ``serve_openai``): ``fn(prompt_text, request_json) -> steps``
+(plus a test-only step ``{"gate": n}``: hold until ``n`` request states were live at once),
 called once per (sub-)request (n > 1: once per choice). Usage token counts are
 whitespace-split word counts. ``GET /_scripted/stats`` (test-only) reports the live
 ``rid_to_state`` count, its peak, running scripts, aborts received, and the
@@ -298,6 +299,21 @@ class ScriptedScheduler:
             self.counts["finished"] += 1
         await self.manager._handle_batch_output(ipc_round_trip(out))
 
+    async def _gate(self, n: int, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.manager.peak_live_request_states < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
+    async def _drained(self, rid: str, timeout_s: float = 5.0) -> None:
+        """Wait until upstream's waiter (_stream_one_response) has taken the pending outputs
+        of ``rid``, so the next output is a separate chunk (capped: a stalled client)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.manager.rid_to_state.get(rid)
+            if state is None or not state.out_list:
+                return
+            await asyncio.sleep(0.001)
+
     def _abort_in_scheduler(self, rid: str, reason: dict) -> None:
         """The scheduler's own abort (waiting/running timeout, queue full): an AbortReq echo
         carrying the finish reason, handled by upstream's ``_handle_abort_req``."""
@@ -340,6 +356,8 @@ class ScriptedScheduler:
         for step in steps:
             if "sleep" in step:
                 await asyncio.sleep(float(step["sleep"]))
+            elif "gate" in step:  # test-only: hold until that many requests were live at once
+                await self._gate(int(step["gate"]))
             elif "text" in step:
                 for piece in _chunks(step["text"], 3 if req.stream else 1):
                     hit = _first_stop(emitted + piece, stops)
@@ -352,7 +370,8 @@ class ScriptedScheduler:
                         return
                     emitted += piece
                     await self._emit(req.rid, piece, prompt_words, None, len(emitted.split()))
-                    await asyncio.sleep(0.002 if req.stream else 0)  # let the waiter drain: visible chunks
+                    if req.stream:  # each piece its own chunk, whatever the machine's load
+                        await self._drained(req.rid)
             elif "abort" in step:
                 reason = FINISH_ABORT(
                     message=step.get("message", "Aborted (scripted)"), status_code=step["abort"]
