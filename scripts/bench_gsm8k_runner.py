@@ -93,7 +93,7 @@ def main() -> int:
 
     from tests.support.scripted_server import serve_openai
 
-    console = Console()
+    console = Console(width=max(130, Console().width))
     out_root = Path(args.keep_output or tempfile.mkdtemp(prefix="bench-gsm8k-"))
     env = {"GSM8K_SCRIPT_PLAN": "{}", "GSM8K_SCRIPT_DATA": args.data_dir}
     rows = []

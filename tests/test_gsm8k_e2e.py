@@ -205,3 +205,13 @@ def test_streamed_int_aborts_without_the_patch_are_reported_not_scored(capsys, t
     assert sorted(r["id"] for r in records if r["error"]) == aborted
     assert summary["invalid_count"] == len(PLAN["no_number"])
     assert code == 0 and last.startswith("PASS")  # 4 of 128 is within the default --max-error-rate 0.05
+
+
+@pytest.mark.slow
+def test_full_1319_at_parallel_64_is_exact(server, capsys, tmp_path):
+    """The full test split, as the benchmark runs it (scripts/bench_gsm8k_runner.py times it)."""
+    code, last = run_cli(capsys, tmp_path, "--base-url", server.base_url, "--parallel", 64)
+    summary, records = load_run(tmp_path)
+    check_against_plan(summary, records, 1319)
+    assert code == 0 and summary["requests_per_s"] > 0
+    server.wait_idle()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_overlay.gsm8k.scoring import GoldAnswerError, gold_answer
+from sglang_overlay.lockfile import sha256_file
 
 ENV_DIR = "SGLANG_OVERLAY_GSM8K_DIR"
 SPLITS = ("test.jsonl", "train.jsonl")
@@ -57,14 +58,6 @@ def cache_dir() -> Path:
 
 def _has_splits(path: Path) -> bool:
     return all((path / name).is_file() for name in SPLITS)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _expected_hashes(directory: Path) -> dict[str, str]:
