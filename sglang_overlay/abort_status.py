@@ -35,7 +35,6 @@ from typing import NamedTuple
 
 from sglang_overlay import settings
 
-ABORT_HTTP_STATUS = "SGLANG_OVERLAY_ABORT_HTTP_STATUS"
 _KNOWN = frozenset(int(s) for s in HTTPStatus)
 _ERROR_EVENT_PREFIX = 'data: {"error"'
 
@@ -111,12 +110,7 @@ def normalize_finish_reason(finish_reason: dict) -> HTTPStatus | None:
     return result.status
 
 
-def abort_http_status_enabled() -> bool:
-    """``SGLANG_OVERLAY_ABORT_HTTP_STATUS``: error before the first chunk -> HTTP status (default on)."""
-    return settings._flag(ABORT_HTTP_STATUS, True)
-
-
-abort_http_status_enabled()  # a malformed value fails when the hooks are resolved, not per request
+settings.abort_http_status()  # a malformed value fails when the hooks are resolved, not per request
 
 
 # --------------------------------------------------------------------------- hooks
@@ -162,7 +156,7 @@ async def stream_with_http_status(original, self, adapted_request, request, raw_
     try:
         first = await events.__anext__()
         error = _error_event(first)
-        if error is not None and error["code"] >= 400 and abort_http_status_enabled():
+        if error is not None and error["code"] >= 400 and settings.abort_http_status():
             from fastapi import HTTPException
 
             raise HTTPException(status_code=error["code"], detail=error.get("message") or "Generation aborted.")

@@ -14,6 +14,7 @@ ALLOW_UNPINNED = "SGLANG_OVERLAY_ALLOW_UNPINNED"
 LOCK = "SGLANG_OVERLAY_LOCK"
 EXTRA_PATCHES = "SGLANG_OVERLAY_EXTRA_PATCHES"
 SOURCE_APPLIED = "SGLANG_OVERLAY_SOURCE_APPLIED"
+ABORT_HTTP_STATUS = "SGLANG_OVERLAY_ABORT_HTTP_STATUS"
 SGLANG_PLUGINS = "SGLANG_PLUGINS"
 
 PLUGIN_NAME = "sglang_overlay"
@@ -73,3 +74,9 @@ def sglang_plugins_whitelist() -> list[str] | None:
     if not raw:
         return None
     return [x.strip() for x in raw.split(",") if x.strip()]
+
+
+def abort_http_status() -> bool:
+    """openai-abort-status: an error abort before the first SSE chunk becomes an HTTP error status
+    (default on); 0 keeps upstream's HTTP 200 followed by an in-band error event."""
+    return _flag(ABORT_HTTP_STATUS, True)
