@@ -385,7 +385,10 @@ def replay(use_patch: bool, conversations: int, turns: int, seed: int):
             if hc.prefill(cache, toks) is None:
                 oom += 1
                 histories[c] = list(prompts[c % len(prompts)])
+    counters = counters_of(cache)
     return {
+        "refused_uncoverable": counters.warnings.get("deficit_remains", 0) if use_patch else None,
+        "refused_short_eviction": counters.warnings.get("evicted_less_than_planned", 0) if use_patch else None,
         "load_back_attempts": attempts,
         "load_back_success_rate": loaded / attempts if attempts else 1.0,
         "tokens_reprefilled_after_refusal": reprefilled,

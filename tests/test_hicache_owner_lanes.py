@@ -335,3 +335,24 @@ def test_plain_radix_cache_untouched():
     assert leaf in cache.evictable_leaves
     assert not cache.__dict__.get("_cp_owner_lanes")
     assert cache.rotation_base_of(cache.root_node) is None
+
+
+def test_counters_reach_prometheus_with_metrics_enabled():
+    from prometheus_client import REGISTRY
+
+    cache = hc.build_cpu_hicache(4, 4, 6, enable_metrics=True)
+    assert cache.metrics_collector is not None
+    target = evicted_target(cache, 4)
+    deficit_tree(cache, short_lane=1, short_last=True)
+    labels = dict(cache.metrics_collector.labels)
+
+    def sample(name, **extra):
+        return REGISTRY.get_sample_value(name, {**labels, **extra}) or 0.0
+
+    before = sample("sglang:cp_owner_lane_evicted_pages_total", lane="1")
+    before0 = sample("sglang:cp_owner_lane_evicted_pages_total", lane="0")
+    loads = sample("sglang:cp_owner_lane_load_backs_total", outcome="loaded")
+    load(cache, target)
+    assert sample("sglang:cp_owner_lane_evicted_pages_total", lane="1") == before + 1
+    assert sample("sglang:cp_owner_lane_evicted_pages_total", lane="0") == before0
+    assert sample("sglang:cp_owner_lane_load_backs_total", outcome="loaded") == loads + 1
