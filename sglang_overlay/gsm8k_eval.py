@@ -152,13 +152,22 @@ def run(args: argparse.Namespace, console) -> tuple[dict, list[report.Record], d
         bar.set_postfix(acc=f"{tally['correct'] / len(records):.3f}", errors=tally["errors"], refresh=False)
 
     t0 = time.perf_counter()
+    interrupted = False
     try:
         asyncio.run(Runner(cfg, body_for).run(ids, on_done))
+    except KeyboardInterrupt:  # keep what was answered; the rest is recorded, not dropped
+        interrupted = True
     finally:
         bar.close()
     wall = time.perf_counter() - t0
+    for i in ids:
+        if i not in records:
+            records[i] = report.score(by_index[i], Outcome(i, error="interrupted",
+                                                           error_message="run interrupted (Ctrl-C) before an answer"))
     ordered = [records[i] for i in ids]
-    return report.summarize(ordered, wall, config), ordered, baseline
+    summary = report.summarize(ordered, wall, config)
+    summary["interrupted"] = interrupted
+    return summary, ordered, baseline
 
 
 def write_outputs(out_dir: Path, summary: dict, records: list[report.Record], baseline: dict | None,

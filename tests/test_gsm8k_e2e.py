@@ -215,3 +215,29 @@ def test_full_1319_at_parallel_64_is_exact(server, capsys, tmp_path):
     check_against_plan(summary, records, 1319)
     assert code == 0 and summary["requests_per_s"] > 0
     server.wait_idle()
+
+
+def test_ctrl_c_keeps_the_answers_so_far_and_exits_2(server, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, subprocess_env
+
+    before = server.stats()["finished"]
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "gsm8k_eval.py"), "--base-url", server.base_url,
+         "--data-dir", str(GSM8K_DIR), "--no-progress", "--parallel", "1", "--retry-backoff", "0.02",
+         "--output", str(tmp_path)],
+        env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while server.stats()["finished"] - before < 20:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    summary, records = load_run(tmp_path)
+    assert proc.returncode == 2 and out.strip().splitlines()[-1].startswith("INCOMPLETE: interrupted"), err
+    assert summary["interrupted"] and len(records) == 1319
+    done = [r for r in records if r["error"] != "interrupted"]
+    assert len(done) >= 20 and summary["errors"]["interrupted"] == 1319 - len(done)
+    server.wait_idle()

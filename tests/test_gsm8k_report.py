@@ -117,3 +117,9 @@ def test_files(test_split, tmp_path):
     written = report.plot(tmp_path, records, s, {"accuracy": 0.9})
     assert [p.name for p in written] == ["accuracy.png", "latency.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
+
+
+def test_an_interrupted_run_is_incomplete_whatever_its_accuracy():
+    s = {**_summary(1.0, n=10), "interrupted": True, "errors": {"interrupted": 7}}
+    code, reason = report.verdict(s, min_accuracy=0.5)
+    assert code == report.INCOMPLETE and "interrupted after 3 of 10" in reason

@@ -4,7 +4,8 @@ Accuracy and the invalid rate are over every selected question (a failed request
 counts as not correct, never as invalid); latency percentiles are over the
 requests that succeeded. Exit codes: 0 pass, 1 below ``--min-accuracy`` or more
 than ``--tolerance`` under the baseline, 2 incomplete (more than
-``--max-error-rate`` of the questions failed), with the reason printed last.
+``--max-error-rate`` of the questions failed, or the run was interrupted), with the
+reason printed last.
 """
 
 from __future__ import annotations
@@ -134,6 +135,9 @@ def verdict(summary: dict, *, baseline: dict | None = None, tolerance: float = 0
             min_accuracy: float | None = None, max_error_rate: float = 0.05) -> tuple[int, str]:
     """(exit code, reason). Incomplete beats regression: a broken run cannot be judged."""
     acc, n, eps = summary["accuracy"], summary["num_questions"], 1e-9
+    if summary.get("interrupted"):
+        return INCOMPLETE, (f"INCOMPLETE: interrupted after {n - summary['errors'].get('interrupted', 0)} of {n} "
+                            f"questions; accuracy {acc:.3f} is not a verdict")
     if summary["error_rate"] > max_error_rate + eps:
         kinds = ", ".join(f"{k}: {v}" for k, v in summary["errors"].items())
         return INCOMPLETE, (f"INCOMPLETE: {summary['error_count']} of {n} questions failed ({kinds}), "
