@@ -302,19 +302,21 @@ def test_insert_without_rotation_base_uses_request_base_or_continuation():
     assert md.get(child).start_page == 4
 
 
-def test_not_page_interleaved_keeps_upstream():
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+def test_not_page_interleaved_keeps_upstream(page_size, policy):
     """N = 1 (upstream's paged allocator): no state, no metadata, upstream load_back runs."""
-    cache = hc.build_cpu_hicache(1, 4, 32)
-    toks = fresh(16)
-    hc.prefill(cache, toks)
-    node = hc.path_nodes(cache, toks)[-1][0]
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
-    cache.evict(EvictParams(num_tokens=16))
+    cache = hc.build_cpu_hicache(1, page_size, 32, write_policy=policy, layers=1, heads=1, head_dim=2)
+    toks = fresh(16 * page_size)
+    hc.prefill(cache, toks)
+    node = hc.path_nodes(cache, toks)[-1][0]
+    cache.evict(EvictParams(num_tokens=len(toks)))
     hc.settle(cache)
-    assert node.evicted
+    assert node.evicted and node.backuped
     indices, _ = load(cache, toks)
-    assert len(indices) == 16 and hc.rows_match(cache, node.value, toks)
+    assert len(indices) == len(toks) and hc.rows_match(cache, node.value, toks)
     assert state_of(cache) is None and counters_of(cache) is None
     assert all(md.get(x) is None for x in hc.all_nodes(cache))
 
@@ -356,3 +358,32 @@ def test_counters_reach_prometheus_with_metrics_enabled():
     assert sample("sglang:cp_owner_lane_evicted_pages_total", lane="1") == before + 1
     assert sample("sglang:cp_owner_lane_evicted_pages_total", lane="0") == before0
     assert sample("sglang:cp_owner_lane_load_backs_total", outcome="loaded") == loads + 1
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_parent_that_becomes_a_leaf_joins_the_walk(policy):
+    """Lane 0 can only be covered by evicting a leaf and then its parent."""
+    cache = hc.build_cpu_hicache(4, 4, 4, write_policy=policy)
+    target = evicted_target(cache, 8)  # two pages in every lane
+    prompt = fresh(4 * 4)  # lanes 0,1,2,3
+    hc.prefill(cache, prompt)
+    leaf_toks = prompt + fresh(4)  # position-page 4: lane 0
+    hc.prefill(cache, leaf_toks)
+    parent, leaf = [x for x, _ in hc.path_nodes(cache, leaf_toks)]
+    locked = [leaf_chain(cache, 0), leaf_chain(cache, 0)]
+    for x in locked:
+        cache.inc_lock_ref(x)
+    fillers = deficit_tree(cache, short_lane=0, spare=0)
+    assert free_counts(cache) == [0, 0, 0, 0]
+
+    indices, _ = load(cache, target)
+
+    assert len(indices) == len(target)
+    assert leaf.evicted or leaf.parent is None
+    assert parent.evicted
+    assert all(not x.evicted for x in locked)
+    assert sum(x.evicted or x.parent is None for ls in fillers.values() for x in ls) == 3
+    assert counters_of(cache).pages_evicted_per_lane == [2, 2, 2, 2]
+    for x in locked:
+        cache.dec_lock_ref(x)
+    assert_reloaded(cache, target)
