@@ -351,3 +351,24 @@ def test_two_batch_overlap_ops_refuse_dummy_rows(env):
     with torch.no_grad():
         env["moe"].op_gate(plain)  # upstream's op_gate, unchanged without dummy rows
     assert plain.router_logits.shape == (local.shape[0], MoeShape().experts)
+
+
+def test_the_plugin_path_hooks_the_boundary_when_the_model_module_is_imported():
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, subprocess_env
+
+    code = (
+        "from sglang.srt.plugins import load_plugins\n"
+        "load_plugins()\n"
+        "import sys\n"
+        "assert 'sglang.srt.models.deepseek_v2' not in sys.modules\n"
+        "import sglang.srt.models.deepseek_v2 as m\n"
+        "from sglang_overlay.application import status\n"
+        "print('HOOKED', len(status()['applied']['moe-cp-compaction']), m.DeepseekV2MoE.forward_deepep.__wrapped__.__name__)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "HOOKED 3 forward_deepep" in proc.stdout
