@@ -107,9 +107,11 @@ def assert_reloaded(cache, toks):
 # --------------------------------------------------------------------------- lane deficit
 
 
+@pytest.mark.parametrize("need_sort", [False, True])
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
-def test_lane_deficit_patch_evicts_only_short_lane(policy):
-    cache = hc.build_cpu_hicache(4, 4, 6, write_policy=policy)
+def test_lane_deficit_patch_evicts_only_short_lane(policy, need_sort):
+    cache = hc.build_cpu_hicache(4, 4, 6, write_policy=policy, need_sort=need_sort)
+    cache.token_to_kv_pool_allocator.debug_mode = True  # upstream's own congruence/uniqueness checks
     target = evicted_target(cache, 4)  # one page in every lane
     short = 2
     leaves = deficit_tree(cache, short, short_last=True)
@@ -387,3 +389,25 @@ def test_parent_that_becomes_a_leaf_joins_the_walk(policy):
     for x in locked:
         cache.dec_lock_ref(x)
     assert_reloaded(cache, target)
+
+
+def test_suffix_load_back_under_resident_prefix_keeps_rotation():
+    """A host suffix below a resident prefix comes back on the chain's rotation
+    (upstream's debug congruence check in alloc_extend runs on it)."""
+    from sglang_overlay.hicache.load_back import evict_planned
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    alloc = cache.token_to_kv_pool_allocator
+    alloc.debug_mode = True
+    toks = fresh(3 * 4) + fresh(6 * 4)
+    hc.prefill(cache, toks[:12])
+    hc.prefill(cache, toks)
+    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
+    evict_planned(cache, [suffix])
+    hc.settle(cache)
+    assert suffix.evicted and not prefix.evicted
+    deficit_tree(cache, short_lane=2, spare=0)
+    indices, _ = load(cache, toks)
+    assert len(indices) == 6 * 4
+    assert_reloaded(cache, toks)
+    assert md.get(suffix).rotation_base == md.get(prefix).rotation_base

@@ -35,6 +35,9 @@ class OwnerLaneMachine(RuleBasedStateMachine):
         # Load back chains of any length (upstream skips < 10 tokens, which
         # would hide most of the short chains used here).
         self.cache.load_back_threshold = 1
+        # upstream's allocator self-checks: owner congruence of every extension's
+        # rotation base (read from the patch's metadata) and unique, classed pages
+        self.cache.token_to_kv_pool_allocator.debug_mode = True
         self.locked = []
         self.seqs = []
 

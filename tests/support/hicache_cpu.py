@@ -238,7 +238,7 @@ def rows_match(cache, indices: torch.Tensor, tokens) -> bool:
     )
 
 
-def alloc_chain(cache, prefix_len: int, total_len: int, rotation_base: Optional[int]):
+def alloc_chain(cache, prefix_len: int, total_len: int, rotation_base: Optional[int], last_loc: int = 0):
     """Allocate device slots for positions [prefix_len, total_len) of a chain.
 
     Page-interleaved: upstream ``alloc_extend`` with the chain's rotation base
@@ -251,8 +251,8 @@ def alloc_chain(cache, prefix_len: int, total_len: int, rotation_base: Optional[
         bases = [rotation_base]
         pre = torch.tensor([prefix_len], dtype=torch.int64)
         seq = torch.tensor([total_len], dtype=torch.int64)
-        last_loc = torch.tensor([0], dtype=torch.int64)
-        out = alloc.alloc_extend(pre, pre, seq, seq, last_loc, total_len - prefix_len, rotation_bases=bases)
+        last = torch.tensor([last_loc], dtype=torch.int64)
+        out = alloc.alloc_extend(pre, pre, seq, seq, last, total_len - prefix_len, rotation_bases=bases)
         return out, bases[0]
     pages = (total_len - prefix_len) // ps
     if alloc.available_size() < pages * ps:
@@ -287,10 +287,11 @@ def prefill(cache, tokens, evict_first: bool = True):
     base = cache.rotation_base_of(last) if m else None
     new = None
     if m < len(tokens):
-        new, base = alloc_chain(cache, m, len(tokens), base)
+        last_loc = int(prefix[-1]) if m else 0
+        new, base = alloc_chain(cache, m, len(tokens), base, last_loc)
         if new is None and evict_first:
             cache.evict(EvictParams(num_tokens=(len(tokens) - m) + ps * 8))
-            new, base = alloc_chain(cache, m, len(tokens), base)
+            new, base = alloc_chain(cache, m, len(tokens), base, last_loc)
         if new is None:
             cache.dec_lock_ref(last)
             return None
