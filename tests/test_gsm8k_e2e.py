@@ -174,6 +174,7 @@ def test_server_dying_mid_run_finishes_reports_and_exits_2(capsys, tmp_path):
         while dying.stats()["finished"] < 40:
             assert thread.is_alive(), "the run ended before the server was killed"
             time.sleep(0.02)
+        finished_at_kill = dying.stats()["finished"]
         dying.process.kill()
         dying.process.wait()
         thread.join(timeout=120)
@@ -183,7 +184,8 @@ def test_server_dying_mid_run_finishes_reports_and_exits_2(capsys, tmp_path):
     assert result["code"] == 2 and last.startswith("INCOMPLETE")
     assert len(records) == 400 and [r["id"] for r in records] == list(range(400))
     answered = [r for r in records if r["error"] is None]
-    assert 40 <= len(answered) < 400 and all(r["correct"] for r in answered)
+    # finished in the server but not yet sent when it died: at most one per connection (--parallel 8)
+    assert finished_at_kill - 8 <= len(answered) < 400 and all(r["correct"] for r in answered)
     assert set(summary["errors"]) <= {"connection", "skipped"} and summary["error_count"] == 400 - len(answered)
     assert summary["errors"].get("skipped", 0) > 0  # the runner gave up instead of hammering a dead server
 
