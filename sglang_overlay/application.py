@@ -349,17 +349,18 @@ def apply(lock_path=None) -> dict:
             return status()
         started = time.perf_counter()
         try:
-            return _apply_unlocked(lock_path)
+            _apply_unlocked(lock_path)
         finally:
             _STATE.apply_s = time.perf_counter() - started
+        return status()
 
 
-def _apply_unlocked(lock_path) -> dict:
+def _apply_unlocked(lock_path) -> None:
     """apply() under _LOCK, once per process."""
     if settings.source_applied():
         _STATE.started = True
         _STATE.skipped.update({"*": "the series is applied to the sources; runtime hooks are off"})
-        return status()
+        return
     plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
     if plan.version_problem:
         raise OverlayError(plan.version_problem)
@@ -378,5 +379,4 @@ def _apply_unlocked(lock_path) -> dict:
         sys.meta_path.insert(0, _STATE.finder)
     for module in ready:
         _apply_module(module)
-    return status()
 

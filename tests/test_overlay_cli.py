@@ -177,3 +177,14 @@ def test_apply_script_refuses_a_conflicting_sglang_in_the_environment(tmp_path):
     assert proc.returncode == 1
     assert "a conflicting sglang 0.5.19 is already installed" in proc.stderr
     assert not (venv / ".sglang-overlay-incomplete").exists()
+
+
+def test_every_subpackage_ships_in_a_built_wheel():
+    """pyproject lists packages explicitly (patches/ is mapped in as sglang_overlay.series): none may be forgotten."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "sglang_overlay").rglob("__init__.py")
+    }
+    assert on_disk | {"sglang_overlay.series"} == listed
