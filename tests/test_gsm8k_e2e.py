@@ -241,5 +241,5 @@ def test_ctrl_c_keeps_the_answers_so_far_and_exits_2(server, tmp_path):
     assert proc.returncode == 2 and out.strip().splitlines()[-1].startswith("INCOMPLETE: interrupted"), err
     assert summary["interrupted"] and len(records) == 1319
     done = [r for r in records if r["error"] != "interrupted"]
-    assert len(done) >= 20 and summary["errors"]["interrupted"] == 1319 - len(done)
+    assert len(done) >= 20 - 1 and summary["errors"]["interrupted"] == 1319 - len(done)  # 1 may be on the wire
     server.wait_idle()
