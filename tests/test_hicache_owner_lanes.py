@@ -411,3 +411,35 @@ def test_suffix_load_back_under_resident_prefix_keeps_rotation():
     assert len(indices) == 6 * 4
     assert_reloaded(cache, toks)
     assert md.get(suffix).rotation_base == md.get(prefix).rotation_base
+
+
+def test_cache_finished_req_carries_the_request_rotation_base():
+    """Upstream's cache_finished_req builds InsertParams without rotation_base; the
+    patch hands the request's kv_rotation_base to the insert."""
+    from array import array
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    cache.req_to_token_pool = ReqToTokenPool(4, 256, "cpu", False)
+    alloc = cache.token_to_kv_pool_allocator
+    # make the least-full guess differ from the base the request really used
+    leaf_chain(cache, 0)
+    leaf_chain(cache, 0)
+    toks = fresh(5 * 4)
+    base = 2
+    assert alloc.least_full_class() != base
+    new, _ = hc.alloc_chain(cache, 0, len(toks), base)
+    cache.req_to_token_pool.req_to_token[0, : len(toks)] = new.to(torch.int32)
+    req = SimpleNamespace(
+        origin_input_ids=array("q", toks), output_ids=array("q"), extra_key=None, cache_salt=None, priority=0,
+        kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0), last_node=None,
+        kv_rotation_base=base,
+    )
+    cache.cache_finished_req(req, kv_len_to_handle=len(toks))
+    node = hc.path_nodes(cache, toks)[-1][0]
+    assert md.get(node).first_owner == hc.oracle_first_owner(node, 4, 4) == base
+    assert md.get(node).owner_counts() == hc.oracle_owner_counts(node, 4, 4)
+    assert cache.rotation_base_of(node) == base
