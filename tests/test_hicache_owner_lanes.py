@@ -443,3 +443,28 @@ def test_cache_finished_req_carries_the_request_rotation_base():
     assert md.get(node).first_owner == hc.oracle_first_owner(node, 4, 4) == base
     assert md.get(node).owner_counts() == hc.oracle_owner_counts(node, 4, 4)
     assert cache.rotation_base_of(node) == base
+
+
+def test_failure_inside_load_back_releases_everything(monkeypatch):
+    from sglang_overlay.hicache import load_back as lb
+
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)
+    deficit_tree(cache, short_lane=2)
+    node = cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(target))).best_match_node
+    index_size = len(state_of(cache).index)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("allocator exploded")
+
+    monkeypatch.setattr(lb, "alloc_owner_classed", broken)
+    with pytest.raises(RuntimeError, match="allocator exploded"):
+        cache.load_back(node)
+    assert node.host_ref_counter == 0 and node.evicted
+    assert cache.root_node.lock_ref == 1
+    assert all(x.lock_ref >= 0 for x in hc.all_nodes(cache))
+    assert len(state_of(cache).index) <= index_size
+    monkeypatch.undo()
+    indices, _ = load(cache, target)  # and the cache still works
+    assert len(indices) == len(target)
+    assert_reloaded(cache, target)

@@ -152,33 +152,8 @@ def _lanes(values) -> str:
     return "[" + ",".join(str(v) for v in values) + "]"
 
 
-def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None):
-    last_hit_node = node
-    nodes_to_load = []
-    while node.evicted:
-        assert node.backuped, "No backup available on evicted nodes, should not happen"
-        nodes_to_load.insert(0, node)
-        node = node.parent
-    ancestor = node
-
-    # protect the ancestor nodes from eviction
-    delta = cache.inc_lock_ref(ancestor).delta
-    num_tokens = sum(len(n.host_value) for n in nodes_to_load)
-    if num_tokens < cache.load_back_threshold or (
-        mem_quota is not None and num_tokens > mem_quota + delta
-    ):
-        cache.dec_lock_ref(ancestor)
-        return None
-    if cache._get_extra_pools():
-        cache.dec_lock_ref(ancestor)
-        raise RuntimeError(
-            "cp-hicache-owner-lanes: owner-classed load-back supports the KV pool only; "
-            "this cache has extra host pools (hybrid controller). Disable the patch "
-            "(SGLANG_OVERLAY_DISABLE=cp-hicache-owner-lanes) or the page-interleaved allocator."
-        )
-
-    for n in nodes_to_load:
-        n.protect_host()
+def _plan_evict_alloc(cache, state, nodes_to_load, last_hit_node):
+    """Plan, evict what the plan chose, allocate by owner class: device indices or None."""
     metas = [ensure_meta(cache, state, n) for n in nodes_to_load]
     shard_size = state.shard_size
     counters = state.counters
@@ -238,15 +213,53 @@ def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None)
             _lanes(plan.remaining), plan.scanned,
         )
 
+    return device_indices
+
+
+def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None):
+    last_hit_node = node
+    nodes_to_load = []
+    while node.evicted:
+        assert node.backuped, "No backup available on evicted nodes, should not happen"
+        nodes_to_load.insert(0, node)
+        node = node.parent
+    ancestor = node
+
+    # protect the ancestor nodes from eviction
+    delta = cache.inc_lock_ref(ancestor).delta
+    num_tokens = sum(len(n.host_value) for n in nodes_to_load)
+    if num_tokens < cache.load_back_threshold or (
+        mem_quota is not None and num_tokens > mem_quota + delta
+    ):
+        cache.dec_lock_ref(ancestor)
+        return None
+    if cache._get_extra_pools():
+        cache.dec_lock_ref(ancestor)
+        raise RuntimeError(
+            "cp-hicache-owner-lanes: owner-classed load-back supports the KV pool only; "
+            "this cache has extra host pools (hybrid controller). Disable the patch "
+            "(SGLANG_OVERLAY_DISABLE=cp-hicache-owner-lanes) or the page-interleaved allocator."
+        )
+
+    for n in nodes_to_load:
+        n.protect_host()
+    try:
+        device_indices = _plan_evict_alloc(cache, state, nodes_to_load, last_hit_node)
+    except BaseException:
+        for n in nodes_to_load:
+            n.release_host()
+        cache.dec_lock_ref(ancestor)
+        raise
+
     cache.dec_lock_ref(ancestor)
     if device_indices is None:
         for n in nodes_to_load:
             n.release_host()
-        counters.record_outcome(False)
+        state.counters.record_outcome(False)
         return None
 
     commit_load(cache, nodes_to_load, last_hit_node, device_indices)
-    counters.record_outcome(True)
+    state.counters.record_outcome(True)
     return device_indices
 
 

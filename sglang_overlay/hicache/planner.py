@@ -178,37 +178,43 @@ def plan_owner_lane_eviction(
     plan._popped = popped
     plan._index = index
 
-    upcoming = next(stream, None)
-    while outstanding:
-        if promoted and (upcoming is None or promoted[0][0] <= get_priority(upcoming)):
-            node = heapq.heappop(promoted)[2]
-        elif upcoming is not None:
-            node = upcoming
-            upcoming = next(stream, None)
-        else:
-            break
-        plan.scanned += 1
-        if node.lock_ref > 0 or node.value is None or node in chosen:
-            continue
-        meta = md.get(node)
-        if meta is None:
-            continue  # not placed by this patch: cannot be counted without tensors
-        counts = meta.owner_counts(shard_size)
-        if not any(counts[c] and left[c] for c in range(shard_size)):
-            continue
-        chosen.add(node)
-        plan.leaves.append(node)
-        for c in range(shard_size):
-            pages = counts[c]
-            plan.pages_per_lane[c] += pages
-            if left[c]:
-                left[c] = max(0, left[c] - pages)
-                if left[c] == 0:
-                    outstanding -= 1
-        parent = node.parent
-        if parent is not root and parent is not None and parent.value is not None:
-            if all(ch.value is None or ch in chosen for ch in parent.children.values()):
-                heapq.heappush(promoted, (get_priority(parent), next(seq), parent))
+    try:
+        upcoming = next(stream, None)
+        while outstanding:
+            if promoted and (upcoming is None or promoted[0][0] <= get_priority(upcoming)):
+                node = heapq.heappop(promoted)[2]
+            elif upcoming is not None:
+                node = upcoming
+                upcoming = next(stream, None)
+            else:
+                break
+            plan.scanned += 1
+            if node.lock_ref > 0 or node.value is None or node in chosen:
+                continue
+            meta = md.get(node)
+            if meta is None:
+                continue  # not placed by this patch: cannot be counted without tensors
+            counts = meta.owner_counts(shard_size)
+            if not any(counts[c] and left[c] for c in range(shard_size)):
+                continue
+            chosen.add(node)
+            plan.leaves.append(node)
+            for c in range(shard_size):
+                pages = counts[c]
+                plan.pages_per_lane[c] += pages
+                if left[c]:
+                    left[c] = max(0, left[c] - pages)
+                    if left[c] == 0:
+                        outstanding -= 1
+            parent = node.parent
+            if parent is not root and parent is not None and parent.value is not None:
+                if all(ch.value is None or ch in chosen for ch in parent.children.values()):
+                    heapq.heappush(promoted, (get_priority(parent), next(seq), parent))
+    except BaseException:
+        if index is not None:
+            index.restore(popped)  # leave the index whole for the next plan
+        popped.clear()
+        raise
     if not outstanding and len(plan.leaves) > 1:
         _prune(plan, chosen, shard_size)
     return plan
