@@ -97,7 +97,7 @@ def _progress(total: int, disable: bool):
     return tqdm(total=total, desc="gsm8k", unit="q", disable=disable, dynamic_ncols=True, file=sys.stderr)
 
 
-def run(args: argparse.Namespace, console) -> tuple[dict, list[report.Record], dict | None]:
+def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | None]:
     """Load, run, score; returns (summary, records, baseline). Raises ValueError/DataError/RunnerError."""
     baseline = report.load_baseline(args.baseline) if args.baseline else None
     data_dir, test, train = data.load(args.data_dir, allow_download=not args.no_download)
@@ -118,10 +118,10 @@ def run(args: argparse.Namespace, console) -> tuple[dict, list[report.Record], d
             return {"messages": prompts.chat_messages(shots, by_index[i], args.system_prompt)}
 
     cfg = ClientConfig(
-        base_url=args.base_url, mode=args.mode, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"), model=args.model, max_tokens=args.max_tokens,
-        temperature=args.temperature, seed=args.seed, stop=prompts.STOP, stream=args.stream, parallel=args.parallel,
-        timeout_s=args.timeout, max_retries=args.max_retries, backoff_s=args.retry_backoff,
-        give_up_after=args.give_up_after,
+        base_url=args.base_url, mode=args.mode, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+        model=args.model, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
+        stop=prompts.STOP, stream=args.stream, parallel=args.parallel, timeout_s=args.timeout,
+        max_retries=args.max_retries, backoff_s=args.retry_backoff, give_up_after=args.give_up_after,
     )
     if not cfg.model:
         cfg.model = asyncio.run(discover_model(cfg))
@@ -188,7 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         _check_args(args)
-        summary, records, baseline = run(args, console)
+        if args.output:  # find an unwritable --output now, not after an hour of requests
+            try:
+                Path(args.output).mkdir(parents=True, exist_ok=True)
+                (Path(args.output) / ".write-test").touch()
+                (Path(args.output) / ".write-test").unlink()
+            except OSError as exc:
+                raise ValueError(f"--output {args.output}: not a writable directory ({exc})") from exc
+        summary, records, baseline = run(args)
     except (ValueError, data.DataError, RunnerError) as exc:
         print(f"sglang-overlay gsm8k: {exc}", flush=True)
         return report.INCOMPLETE

@@ -51,6 +51,13 @@ def test_bad_arguments_exit_2_before_any_request(capsys, args, needle):
     assert needle in _last_line(capsys)
 
 
+def test_unwritable_output_is_refused_before_the_run(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    assert main(["--data-dir", str(GSM8K_DIR), "--output", str(tmp_path / "file" / "out"),
+                 "--base-url", "http://127.0.0.1:9"]) == 2
+    assert "--output" in _last_line(capsys)
+
+
 def test_bad_baseline_is_refused_before_the_run(capsys, tmp_path):
     bad = tmp_path / "summary.json"
     bad.write_text(json.dumps({"accuracy": "high"}))

@@ -25,7 +25,7 @@ from typing import Callable
 
 import httpx
 
-RETRYABLE_STATUS = {408, 409, 425, 429}  # plus every 5xx
+RETRYABLE_STATUS = {408, 425, 429}  # plus every 5xx
 
 
 class RunnerError(RuntimeError):
@@ -255,7 +255,8 @@ class Runner:
             except _AttemptError as exc:
                 err = exc
             except (TimeoutError, httpx.TimeoutException) as exc:
-                err = _AttemptError("timeout", f"no complete response within {cfg.timeout_s:g} s ({type(exc).__name__})", True)
+                err = _AttemptError(
+                    "timeout", f"no complete response within {cfg.timeout_s:g} s ({type(exc).__name__})", True)
             except httpx.TransportError as exc:
                 err = _AttemptError("connection", f"{type(exc).__name__}: {exc}", True)
             out.latency_s = time.perf_counter() - t0
