@@ -382,7 +382,7 @@ def replay(use_patch: bool, conversations: int, turns: int, seed: int):
                 else:
                     refused += 1
                     reprefilled += match.host_hit_length
-            if hc.prefill(cache, toks) is None:
+            if hc.prefill(cache, toks, load_back=False) is None:  # the load-back was tried above
                 oom += 1
                 histories[c] = list(prompts[c % len(prompts)])
     counters = counters_of(cache)

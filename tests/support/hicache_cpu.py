@@ -261,7 +261,7 @@ def alloc_chain(cache, prefix_len: int, total_len: int, rotation_base: Optional[
     return out, None
 
 
-def prefill(cache, tokens, evict_first: bool = True):
+def prefill(cache, tokens, evict_first: bool = True, load_back: bool = True):
     """Serve a request for ``tokens`` like the scheduler would: reuse the device
     prefix, load back a host prefix if any, compute (write) the rest, insert.
 
@@ -274,7 +274,7 @@ def prefill(cache, tokens, evict_first: bool = True):
     match = cache.match_prefix(MatchPrefixParams(key=key))
     prefix = match.device_indices
     last = match.last_device_node
-    if match.best_match_node is not last and match.best_match_node.evicted:
+    if load_back and match.best_match_node is not last and match.best_match_node.evicted:
         loaded, last = cache.init_load_back(
             InitLoadBackParams(best_match_node=match.best_match_node, host_hit_length=match.host_hit_length)
         )
