@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from sglang_overlay import __version__, fingerprint, lockfile, settings
+from sglang_overlay import __version__, fingerprint, lockfile, settings, source_form
 from sglang_overlay.registry import Patch, Target, discover_patches
 
 logger = logging.getLogger("sglang_overlay")
@@ -68,7 +68,7 @@ class TargetStatus:
 
     @property
     def ok(self) -> bool:
-        return self.status == "match"
+        return self.status in ("match", "source")
 
     def describe(self) -> str:
         head = f"patch '{self.patch}' target {self.target.path}"
@@ -76,6 +76,8 @@ class TargetStatus:
             return f"{head}: fingerprint drift (expected {self.expected}, found {self.found})"
         if self.status == "missing":
             return f"{head}: target missing in the installed upstream ({self.detail})"
+        if self.status == "source-drift":
+            return f"{head}: source form does not verify ({self.detail})"
         if self.status == "unlocked":
             return f"{head}: no fingerprint in the lock (found {self.found})"
         return f"{head}: {self.status}"
@@ -126,6 +128,7 @@ class Plan:
     statuses: dict[str, list[TargetStatus]]
     disabled: list[str]
     version_problem: str | None
+    source: dict[str, dict] = field(default_factory=dict)  # patch id -> marker: carried by the sources
 
     def problems(self, patch: Patch) -> list[TargetStatus]:
         return [s for s in self.statuses.get(patch.id, []) if not s.ok]
@@ -145,9 +148,23 @@ def make_plan(lock: dict | None = None) -> Plan:
         raise OverlayError(
             f"{settings.DISABLE} names unknown patch id(s) {unknown}; known: {sorted(known)}"
         )
-    statuses = {p.id: [target_status(p, t, lock) for t in p.targets] for p in patches if p.id not in disabled}
+    source = source_form.applied_series()
+    statuses = {p.id: _source_statuses(p, source[p.id], lock) if p.id in source else
+                [target_status(p, t, lock) for t in p.targets] for p in patches if p.id not in disabled}
     pin = lockfile.Pin(**lock["upstream"])
-    return Plan(patches, statuses, disabled, version_problem(pin))
+    return Plan(patches, statuses, disabled, version_problem(pin), source)
+
+
+def _source_statuses(patch: Patch, record: dict, lock: dict) -> list[TargetStatus]:
+    """A patch the sglang sources carry (source form): verified against its marker, the shipped
+    diff and the lock instead of hooked (status "source", or "source-drift")."""
+    from sglang_overlay import series_diff
+
+    shipped = series_diff.shipped_digests().get(patch.id)
+    problems = source_form.source_target_problem(patch, record, lock, shipped)
+    expected = {t.path: lock["targets"].get(t.path, {}).get("fingerprint") for t in patch.targets}
+    return [TargetStatus(patch.id, t, "source-drift" if problems[t.path] else "source", expected[t.path],
+                         record["digest"], problems[t.path] or "") for t in patch.targets]
 
 
 # --------------------------------------------------------------------------- state
@@ -160,6 +177,7 @@ class _State:
     pending: dict[str, list[tuple[Patch, Target]]] = field(default_factory=dict)  # module -> targets
     skipped: dict[str, str] = field(default_factory=dict)  # patch id -> reason
     originals: dict[str, tuple[object, str, object]] = field(default_factory=dict)  # path -> (owner, attr, raw)
+    source: dict[str, list[Target]] = field(default_factory=dict)  # patch id -> targets the sources carry
     finder: "_DeferredPatchFinder | None" = None
     apply_s: float = 0.0  # time apply() itself took (verification + immediate hooks)
 
@@ -171,9 +189,15 @@ _LOCK = threading.RLock()
 def status() -> dict:
     """What this process has applied, is waiting to apply, and skipped."""
     with _LOCK:
+        applied = {k: list(v) for k, v in _STATE.applied.items()}
+        for patch_id, targets in _STATE.source.items():
+            live = [t.path for t in targets if _source_target_live(t)]
+            if live:
+                applied[patch_id] = live
         return {
             "started": _STATE.started,
-            "applied": {k: list(v) for k, v in _STATE.applied.items()},
+            "applied": applied,
+            "source_form": sorted(_STATE.source),
             "pending_modules": sorted(_STATE.pending),
             "skipped": dict(_STATE.skipped),
             "apply_s": _STATE.apply_s,
@@ -181,6 +205,18 @@ def status() -> dict:
 
 
 # --------------------------------------------------------------------------- hooking
+
+
+def _source_target_live(target: Target) -> bool:
+    """A source-form target counts as applied once its module is imported and its attribute is
+    the source form's wrapper (the same rule as a runtime hook: hooked when its module imports)."""
+    if target.module not in sys.modules:
+        return False
+    try:
+        raw = _raw_attribute(_resolve_owner(target), target.attribute)
+    except AttributeError:
+        return False
+    return source_form.is_source_wrapper(raw, target.path)
 
 
 def _resolve_owner(target: Target):
@@ -367,6 +403,9 @@ def _apply_unlocked(lock_path) -> None:
     _STATE.started = True
     for patch in plan.enabled:
         problems = plan.problems(patch)
+        if patch.id in plan.source and not problems:  # the sources carry it: no runtime hook
+            _STATE.source[patch.id] = list(patch.targets)
+            continue
         if problems:
             message = "; ".join(p.describe() for p in problems) + ". " + HOW_TO_PROCEED.format(pid=patch.id)
             _fail(patch.id, message)

@@ -7,6 +7,7 @@
 - ``launch ARGS``: verify, then run SGLang's own server launcher with ARGS.
 - ``rebase-check --to VERSION | --wheel FILE``: would the patches survive another upstream?
 - ``gsm8k ARGS``: the GSM8K accuracy runner (scripts/gsm8k_eval.py).
+- ``series --write | --check``: regenerate or verify the diff series (patches/*.patch).
 """
 
 from __future__ import annotations
@@ -76,20 +77,23 @@ def run_check(as_json: bool = False) -> int:
                     "fingerprint": st.status if st else "not checked",
                     "expected": st.expected if st else None,
                     "found": st.found if st else None,
+                    "detail": st.detail if st else "",
                     "enabled": enabled,
                 }
             )
-    bad = [r for r in rows if r["enabled"] and r["fingerprint"] != "match"]
+    bad = [r for r in rows if r["enabled"] and r["fingerprint"] not in ("match", "source")]
     incomplete = Path(sys.prefix, ".sglang-overlay-incomplete").exists()
     ok = not bad and plan.version_problem is None and discoverable and not settings.source_applied() and not incomplete
     if as_json:
         print(json.dumps({"ok": ok, "sglang": installed_sglang_version(), "pin": pin.version,
+                          "source_form": sorted(plan.source),
                           "plugin_discoverable": discoverable, "plugin": how, "targets": rows}, indent=2))
         return 0 if ok else 1
     table = Table(title=f"sglang-overlay {__version__}: patches over sglang=={pin.version}")
     for col in ("patch", "role", "target", "hook", "fingerprint", "enabled"):
         table.add_column(col)
-    colour = {"match": "green", "drift": "red", "missing": "red", "unlocked": "yellow"}
+    colour = {"match": "green", "source": "green", "drift": "red", "missing": "red", "unlocked": "yellow",
+              "source-drift": "red"}
     for r in rows:
         fp = r["fingerprint"]
         table.add_row(r["patch"], r["role"], r["target"], r["hook"], f"[{colour.get(fp, 'white')}]{fp}[/]",
@@ -104,8 +108,12 @@ def run_check(as_json: bool = False) -> int:
         console.print(f"[red]{sys.prefix}: environment set-up did not finish; rerun scripts/apply_patches.sh[/]")
     if settings.source_applied():
         console.print(f"[yellow]{settings.SOURCE_APPLIED}=1: the series is in the sources; runtime hooks are off[/]")
+    if plan.source:
+        console.print(f"source form: the sglang sources carry {', '.join(sorted(plan.source))} (the series' diffs; "
+                      "runtime hooks stay off for them, fingerprint column: 'source' = verified in the sources)")
     for r in bad:
-        console.print(f"[red]{r['patch']}: {r['target']}: {r['fingerprint']} (expected {r['expected']}, found {r['found']})[/]")
+        console.print(f"[red]{r['patch']}: {r['target']}: {r['fingerprint']} (expected {r['expected']}, found {r['found']})"
+                      f"{': ' + r['detail'] if r.get('detail') else ''}[/]")
     console.print("[green]OK: every enabled patch would apply[/]" if ok else "[red]NOT OK: see above[/]")
     return 0 if ok else 1
 
@@ -203,6 +211,36 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
     return 0 if all(r["status"] == "unchanged" for r in rows) else 1
 
 
+def run_series(write: bool, upstream: str | None) -> int:
+    """Regenerate (``--write``) or verify (``--check``) patches/series and patches/*.patch."""
+    from sglang_overlay import series_diff, source_form
+
+    package_dir = Path(upstream) if upstream else source_form.sglang_package_dir()
+    if package_dir is None or not package_dir.is_dir():
+        err_console.print(f"sglang-overlay series: no sglang package at {package_dir}")
+        return 2
+    patches_dir = lockfile.default_lock_path().parent
+    try:
+        files = series_diff.generate(package_dir, patches_dir)
+    except (series_diff.SeriesError, fingerprint.TargetNotFound, OSError) as exc:
+        err_console.print(f"[red]sglang-overlay series: {exc}[/red]")
+        return 1
+    if write:
+        for path in series_diff.write(files, patches_dir):
+            console.print(f"wrote {path}")
+        console.print(f"wrote {patches_dir / series_diff.SERIES_FILE}: {len(files)} patch(es) against {package_dir}")
+        return 0
+    problems = series_diff.differences(files, patches_dir)
+    for problem in problems:
+        err_console.print(f"[red]{problem}[/red]")
+    if problems:
+        err_console.print("[red]the committed series differs from the registry and the installed upstream: "
+                          "run sglang-overlay series --write[/red]")
+        return 1
+    console.print(f"{patches_dir / series_diff.SERIES_FILE}: {len(files)} patch(es) up to date against {package_dir}")
+    return 0
+
+
 def run_launch(args: list[str]) -> int:
     cmd = [sys.executable, "-m", "sglang.launch_server", *args]
     if any(a in ("-h", "--help") for a in args):
@@ -232,6 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--to", metavar="VERSION", help="pip download --no-deps sglang==VERSION")
     g.add_argument("--wheel", metavar="FILE", help="a local sglang wheel")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("series", help="regenerate or verify the diff series (patches/*.patch) against the installed upstream")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--write", action="store_true", help="regenerate patches/series and patches/NNNN-<id>.patch")
+    g.add_argument("--check", action="store_true", help="exit 1 when the committed series differs from the generated one")
+    p.add_argument("--upstream", metavar="DIR", help="a pristine sglang package directory (default: the installed one)")
     sub.add_parser("launch", help="verify, then run sglang.launch_server with the remaining arguments", add_help=False)
     sub.add_parser("gsm8k", help="GSM8K accuracy runner against an OpenAI-compatible server", add_help=False)
     return parser
@@ -252,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_lock(args.wheel, args.check, args.include_extra)
     if args.command == "rebase-check":
         return run_rebase_check(args.to, args.wheel, args.json)
+    if args.command == "series":
+        return run_series(args.write, args.upstream)
     return 2
 
 

@@ -22,3 +22,42 @@ def subprocess_env(**extra: str) -> dict:
     env["HF_HUB_OFFLINE"] = "1"
     env.update(extra)
     return env
+
+
+# --------------------------------------------------------------------------- the two forms of the series
+# SGLANG_OVERLAY_TEST_FORM=source runs the suites against an sglang tree carrying the diff series
+# (tests/support/series_forms.py); tests about the runtime form itself skip there, with the reason.
+
+
+def pytest_configure(config):
+    import pytest
+
+    from tests.support.series_forms import current_form, source_form_problem
+
+    try:
+        form = current_form()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    if form == "source":
+        problem = source_form_problem()
+        if problem:
+            raise pytest.UsageError(problem)
+
+
+def pytest_collection_modifyitems(config, items):
+    from tests.support.series_forms import current_form, source_form_skip_reason
+
+    if current_form() != "source":
+        return
+    import pytest
+
+    for item in items:
+        reason = source_form_skip_reason(item.nodeid)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_report_header(config):
+    from tests.support.series_forms import current_form
+
+    return f"sglang-overlay form: {current_form()}"
