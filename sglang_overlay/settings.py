@@ -1,4 +1,4 @@
-"""Environment variables that steer the overlay, read in one place.
+"""Environment variables that steer the overlay and its patches, read in one place.
 
 Every variable is read when it is needed (never cached at import), so tests and
 launchers can set them per process.
@@ -15,6 +15,7 @@ LOCK = "SGLANG_OVERLAY_LOCK"
 EXTRA_PATCHES = "SGLANG_OVERLAY_EXTRA_PATCHES"
 SOURCE_APPLIED = "SGLANG_OVERLAY_SOURCE_APPLIED"
 ABORT_HTTP_STATUS = "SGLANG_OVERLAY_ABORT_HTTP_STATUS"
+OWNER_LANE_SLOW_PLAN_MS = "SGLANG_OVERLAY_OWNER_LANE_SLOW_PLAN_MS"
 SGLANG_PLUGINS = "SGLANG_PLUGINS"
 
 PLUGIN_NAME = "sglang_overlay"
@@ -80,3 +81,17 @@ def abort_http_status() -> bool:
     """openai-abort-status: an error abort before the first SSE chunk becomes an HTTP error status
     (default on); 0 keeps upstream's HTTP 200 followed by an in-band error event."""
     return _flag(ABORT_HTTP_STATUS, True)
+
+
+def owner_lane_slow_plan_ms() -> float:
+    """cp-hicache-owner-lanes: owner-lane planning slower than this (ms) logs one warning (default 5)."""
+    raw = os.environ.get(OWNER_LANE_SLOW_PLAN_MS, "").strip()
+    if not raw:
+        return 5.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{OWNER_LANE_SLOW_PLAN_MS}={raw!r}: expected milliseconds as a number") from None
+    if value < 0:
+        raise ValueError(f"{OWNER_LANE_SLOW_PLAN_MS}={raw!r}: must be >= 0")
+    return value

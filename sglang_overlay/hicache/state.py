@@ -9,31 +9,16 @@ patch calls upstream's original unchanged.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Optional
 
+from sglang_overlay import settings
 from sglang_overlay.hicache import metadata as md
 from sglang_overlay.hicache.counters import OwnerLaneCounters
 from sglang_overlay.hicache.planner import LeafOrderIndex, NotifyingLeafSet, is_monotone
 
 STATE_ATTR = "_cp_owner_lanes"
-SLOW_PLAN_ENV = "SGLANG_OVERLAY_OWNER_LANE_SLOW_PLAN_MS"
-DEFAULT_SLOW_PLAN_MS = 5.0
 _NOT_INTERLEAVED = False  # cached "no state" marker (distinct from "not looked yet")
-
-
-def slow_plan_threshold_ms() -> float:
-    raw = os.environ.get(SLOW_PLAN_ENV, "").strip()
-    if not raw:
-        return DEFAULT_SLOW_PLAN_MS
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{SLOW_PLAN_ENV}={raw!r}: expected milliseconds as a number") from None
-    if value < 0:
-        raise ValueError(f"{SLOW_PLAN_ENV}={raw!r}: must be >= 0")
-    return value
 
 
 class OwnerLaneState:
@@ -50,7 +35,7 @@ class OwnerLaneState:
         collector = getattr(cache, "metrics_collector", None)
         if collector is not None:
             self.counters.bind_collector(collector)
-        self.slow_plan_ms = slow_plan_threshold_ms()
+        self.slow_plan_ms = settings.owner_lane_slow_plan_ms()
 
 
 def state_of(cache) -> Optional[OwnerLaneState]:
