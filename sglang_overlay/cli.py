@@ -138,7 +138,7 @@ def run_lock(wheel: str | None, check_only: bool, include_extra: bool) -> int:
                        python=base.get("python", "3.11"))
     patches = [p for p in discover_patches() if include_extra or not p.extra]
     try:
-        data = lockfile.build_lock(patches, pin, fingerprint.fingerprint_installed)
+        data = lockfile.build_lock(patches, pin, fingerprint.fingerprint_installed, fingerprint.installed_file_digest)
     except fingerprint.TargetNotFound as exc:
         err_console.print(f"sglang-overlay lock: a target is missing in the installed upstream: {exc}")
         return 1

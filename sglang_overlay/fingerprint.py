@@ -11,6 +11,7 @@ verify every target before its module is imported (lazy application) and lets
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 from pathlib import Path
@@ -60,6 +61,16 @@ def module_source_path(module: str) -> Path:
         raise TargetNotFound(f"module {module!r} not found (or has no Python source)")
     return Path(spec.origin)
 
+
+
+@functools.lru_cache(maxsize=None)
+def installed_file_digest(module: str) -> str | None:
+    """``sha256:`` of the installed module file's bytes (None when it cannot be located)."""
+    try:
+        data = module_source_path(module).read_bytes()
+    except (TargetNotFound, OSError):
+        return None
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def fingerprint_installed(module: str, qualname: str) -> str:

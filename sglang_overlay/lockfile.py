@@ -5,6 +5,7 @@ and the tests all read it. JSON, sorted, one target per entry::
 
     {"upstream": {"package": "sglang", "version": "0.5.20", "wheel": ..., "wheel_sha256": ...,
                   "torch": "2.13.0", "torchvision": "0.28.0", "python": "3.11"},
+     "modules": {"<module>": "sha256:<seal: the file's digest bound to its targets' fingerprints>"},
      "targets": {"<module>.<qualname>": {"patch": id, "module": ..., "qualname": ...,
                                          "hook_type": "AROUND", "fingerprint": "sha256:..."}}}
 
@@ -76,8 +77,10 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_lock(patches, pin: Pin, fingerprint) -> dict:
-    """A lock for ``patches`` with fingerprints from ``fingerprint(module, qualname)``."""
+def build_lock(patches, pin: Pin, fingerprint, file_digest) -> dict:
+    """A lock for ``patches``: per-target fingerprints from ``fingerprint(module, qualname)`` and,
+    per hooked module, a seal of the whole file's ``file_digest(module)`` and those fingerprints
+    (start-up skips parsing a module whose file is unchanged)."""
     targets = {}
     for patch in patches:
         for target in patch.targets:
@@ -88,4 +91,19 @@ def build_lock(patches, pin: Pin, fingerprint) -> dict:
                 "hook_type": target.hook_type,
                 "fingerprint": fingerprint(target.module, target.qualname),
             }
-    return {"upstream": pin.__dict__, "targets": targets}
+    modules = {
+        module: module_seal(file_digest(module), module_fingerprints(targets, module))
+        for module in sorted({t["module"] for t in targets.values()})
+    }
+    return {"upstream": pin.__dict__, "modules": modules, "targets": targets}
+
+
+def module_fingerprints(targets: dict, module: str) -> dict[str, str]:
+    return {path: t["fingerprint"] for path, t in targets.items() if t.get("module") == module}
+
+
+def module_seal(file_digest: str | None, fingerprints: dict[str, str]) -> str:
+    """Binds a module file's digest to the fingerprints locked for its targets: equal seals mean the
+    installed file is the one those fingerprints were computed from (a hand-edited fingerprint breaks it)."""
+    text = "\n".join([str(file_digest)] + [f"{p}={f}" for p, f in sorted(fingerprints.items())])
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
