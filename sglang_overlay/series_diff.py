@@ -121,14 +121,28 @@ def file_diff(rel: str, before: str | None, after: str) -> str:
     head = [f"diff --git a/{path} b/{path}\n"]
     if before is None:
         head.append("new file mode 100644\n")
-    body = difflib.unified_diff(
-        (before or "").splitlines(keepends=True),
-        after.splitlines(keepends=True),
-        fromfile="/dev/null" if before is None else f"a/{path}",
-        tofile=f"b/{path}",
-        n=3,
-    )
-    return "".join(head) + "".join(body)
+    head += ["--- /dev/null\n" if before is None else f"--- a/{path}\n", f"+++ b/{path}\n"]
+    return "".join(head) + "".join(_hunks((before or "").splitlines(keepends=True), after.splitlines(keepends=True)))
+
+
+def _range(start: int, length: int) -> str:
+    return f"{start + 1 if length else start},{length}" if length != 1 else f"{start + 1}"
+
+
+def _hunks(a: list[str], b: list[str], context: int = 3):
+    """Unified-diff hunks (difflib.unified_diff's format) without difflib's autojunk, which in a
+    file over 200 lines stops blank lines from anchoring and turns an insertion next to a rename
+    into a removed-and-re-added blank line."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for group in matcher.get_grouped_opcodes(context):
+        first, last = group[0], group[-1]
+        yield f"@@ -{_range(first[1], last[2] - first[1])} +{_range(first[3], last[4] - first[3])} @@\n"
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                yield from (" " + line for line in a[i1:i2])
+                continue
+            yield from ("-" + line for line in a[i1:i2])
+            yield from ("+" + line for line in b[j1:j2])
 
 
 def _diffstat(diffs: list[str]) -> str:

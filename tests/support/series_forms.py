@@ -107,11 +107,11 @@ def junit_outcomes(junit: Path) -> dict[str, str]:
     outcomes = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
-        kinds = {child.tag for child in case}
+        kinds = {child.tag: child for child in case}
         outcome = "passed"
         for tag in ("failure", "error", "skipped"):
             if tag in kinds:
-                outcome = tag
+                outcome = "xfailed" if kinds[tag].get("type") == "pytest.xfail" else tag
                 break
         outcomes[name] = outcome
     return outcomes

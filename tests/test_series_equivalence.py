@@ -1,0 +1,143 @@
+"""The source form behaves as the runtime form: the patch suites, run against a pristine copy of
+the pinned upstream with the series applied (runtime hooks off through its markers), give the same
+outcomes as with the runtime hooks. The suites are the existing ones, parametrized over both forms
+by SGLANG_OVERLAY_TEST_FORM (tests/conftest.py), not written twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sglang_overlay.registry import discover_patches
+from tests.conftest import REPO, subprocess_env
+from tests.support.series_forms import apply_script, run_suite, upstream_copy
+
+SERIES_IDS = sorted(p.id for p in discover_patches() if not p.extra)
+
+# A few representative behavioural tests per patch (default run), the whole suites behind slow.
+REPRESENTATIVE = [
+    "tests/test_hicache_owner_lanes.py", "tests/test_moe_boundary.py", "tests/test_abort_http.py",
+    "-k",
+    "lane_deficit or impossible_deficit or split_backed_and_reloaded or plain_radix_cache_untouched"  # cp-hicache
+    " or valid_rows_match_dense or gate_and_topk_never or wrong_row_count"  # moe-cp-compaction
+    " or patch_is_applied_in_the_server or test_non_stream or upstream_patch_is_off or upstream_non_stream"
+    " or malformed_switch",  # openai-abort-status, with the patch disabled by env var and a bad setting
+]
+FULL = [
+    "tests/test_hicache_owner_lanes.py", "tests/test_hicache_planner.py", "tests/test_hicache_state_machine.py",
+    "tests/test_moe_boundary.py", "tests/test_moe_layout.py",
+    "tests/test_abort_http.py", "tests/test_abort_status_normalize.py", "tests/test_abort_scripted_server.py",
+]
+
+
+@pytest.fixture(scope="module")
+def source_tree(tmp_path_factory):
+    """A pristine copy of the installed pinned sglang as an upstream checkout, the series applied."""
+    root = upstream_copy(tmp_path_factory.mktemp("upstream"))
+    proc = apply_script("--source", str(root))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root
+
+
+def source_env(root, **extra):
+    env = subprocess_env(**extra)
+    env["PYTHONPATH"] = f"{root / 'python'}:{env['PYTHONPATH']}"
+    return env
+
+
+PROBE = r"""
+import json
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+load_plugins()
+import sglang
+import sglang.srt.mem_cache.hiradix_cache as h
+from sglang_overlay.application import status
+m = h.HiRadixCache.load_back
+print("REPORT" + json.dumps({
+    "file": sglang.__file__, "registry": sorted(HookRegistry._hooks), "status": status(),
+    "name": m.__name__, "inner": m.__wrapped__.__code__.co_name, "layers": hasattr(m.__wrapped__, "__wrapped__"),
+}))
+"""
+
+
+def probe(root, **extra) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE], env=source_env(root, **extra), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.split("REPORT", 1)[1])
+
+
+def test_source_form_runs_the_hooks_once_and_the_runtime_hooks_stay_off(source_tree):
+    report = probe(source_tree)
+    assert report["file"].startswith(str(source_tree / "python" / "sglang"))
+    assert report["registry"] == []  # nothing registered with SGLang's HookRegistry: no second wrapper
+    assert report["status"]["source_form"] == SERIES_IDS
+    assert len(report["status"]["applied"]["cp-hicache-owner-lanes"]) == 6  # its three modules are imported
+    assert "moe-cp-compaction" not in report["status"]["applied"]  # deepseek_v2 not imported: not counted
+    assert report["name"] == "load_back" and report["inner"] == "_sglang_overlay_upstream_load_back"
+    assert report["layers"] is False  # one wrapper around upstream's own definition
+
+
+def test_a_disabled_patch_passes_through_in_the_source_form(source_tree):
+    report = probe(source_tree, SGLANG_OVERLAY_DISABLE="cp-hicache-owner-lanes")
+    assert "cp-hicache-owner-lanes" not in report["status"]["applied"]
+    assert "cp-hicache-owner-lanes" not in report["status"]["source_form"]
+
+
+def test_check_verifies_the_source_form(source_tree):
+    proc = subprocess.run([sys.executable, "-m", "sglang_overlay", "check", "--json"], env=source_env(source_tree),
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["ok"], proc.stdout + proc.stderr
+    assert report["source_form"] == SERIES_IDS
+    assert {r["fingerprint"] for r in report["targets"]} == {"source"}
+
+
+def test_check_reports_an_edited_source_form(source_tree, tmp_path):
+    """An upstream definition edited after the series was applied: source-drift, not OK."""
+    import ast
+    import shutil
+
+    edited = tmp_path / "edited"
+    shutil.copytree(source_tree, edited, ignore=shutil.ignore_patterns("__pycache__"))
+    chat = edited / "python" / "sglang" / "srt" / "entrypoints" / "openai" / "serving_chat.py"
+    lines = chat.read_text().splitlines(keepends=True)
+    tree = ast.parse("".join(lines))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "OpenAIServingChat")
+    fn = next(n for n in cls.body if getattr(n, "name", "") == "_sglang_overlay_upstream__generate_chat_stream")
+    lines.insert(fn.body[0].lineno - 1, " " * fn.body[0].col_offset + "edited_after_the_series = True\n")
+    chat.write_text("".join(lines))
+    proc = subprocess.run([sys.executable, "-m", "sglang_overlay", "check", "--json"], env=source_env(edited),
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and not report["ok"]
+    rows = {r["target"]: r for r in report["targets"]}
+    bad = rows["sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._generate_chat_stream"]
+    assert bad["fingerprint"] == "source-drift" and "upstream definition under the source form" in bad["detail"]
+    assert sum(r["fingerprint"] == "source-drift" for r in report["targets"]) == 1
+
+
+def compare_forms(selection, source_tree, tmp_path):
+    runtime = run_suite(selection, "runtime", source_tree, tmp_path / "runtime.xml")
+    source = run_suite(selection, "source", source_tree, tmp_path / "source.xml")
+    assert runtime, "the selection collected no test"
+    assert sum(o == "passed" for o in runtime.values()) >= len(runtime) // 2
+    assert "skipped" not in source.values(), [k for k, v in source.items() if v == "skipped"]
+    assert source == runtime, {k: (runtime.get(k), source.get(k)) for k in set(runtime) | set(source)
+                               if runtime.get(k) != source.get(k)}
+    return runtime
+
+
+def test_representative_patch_tests_give_the_same_outcomes_in_both_forms(source_tree, tmp_path):
+    outcomes = compare_forms(REPRESENTATIVE, source_tree, tmp_path)
+    files = {name.split("::")[0] for name in outcomes}
+    assert files == {"tests.test_hicache_owner_lanes", "tests.test_moe_boundary", "tests.test_abort_http"}
+
+
+@pytest.mark.slow
+def test_every_patch_suite_gives_the_same_outcomes_in_both_forms(source_tree, tmp_path):
+    compare_forms(FULL, source_tree, tmp_path)
