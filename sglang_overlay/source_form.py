@@ -28,6 +28,7 @@ import ast
 import functools
 import hashlib
 import importlib.util
+import sys
 import threading
 from pathlib import Path
 
@@ -60,10 +61,26 @@ def _unwrap_descriptor(obj):
     return obj.__func__ if isinstance(obj, (classmethod, staticmethod)) else obj
 
 
-def source_hook(path: str, original):
-    """Wrap the renamed upstream definition of target ``path`` with its patch's hook."""
+def _bind(fn, hook, target, like):
+    """``fn`` wrapped with ``hook`` by SGLang's ``_wrap_fn``, marked, in ``like``'s descriptor kind."""
     from sglang.srt.plugins.hook_registry import HookType, _wrap_fn
 
+    wrapper = _wrap_fn(fn, hook, HookType[target.hook_type])
+    setattr(wrapper, MARK, target.path)
+    if isinstance(like, classmethod):
+        return classmethod(wrapper)
+    if isinstance(like, staticmethod):
+        return staticmethod(wrapper)
+    return wrapper
+
+
+def source_hook(path: str, original):
+    """Wrap the renamed upstream definition of target ``path`` with its patch's hook.
+
+    Until :func:`resolve_hooks` runs at the end of the module, the wrapper holds a stand-in that
+    resolves the hook on first call; ``resolve_hooks`` then re-binds the attribute to the same
+    wrapper around the resolved hook itself (what the runtime form binds: no extra call per call).
+    """
     found = _targets_by_path().get(path)
     if found is None:
         raise SourceFormError(
@@ -72,32 +89,32 @@ def source_hook(path: str, original):
             "(scripts/apply_patches.sh --source DIR | --site-packages) onto pristine sources"
         )
     patch, target = found
-    hook_type = HookType[target.hook_type]
     fn = _unwrap_descriptor(original)
-    attribute = target.attribute
-    fn.__name__ = attribute  # introspection sees upstream's name, as with the runtime hooks
+    fn.__name__ = target.attribute  # introspection sees upstream's name, as with the runtime hooks
     owner, dot, _ = fn.__qualname__.rpartition(".")
-    fn.__qualname__ = owner + dot + attribute
+    fn.__qualname__ = owner + dot + target.attribute
     lazy = _LazyHook(patch.id, target, fn)
-    _PENDING.setdefault(target.module, []).append(lazy)
-    wrapper = _wrap_fn(fn, lazy, hook_type)
-    setattr(wrapper, MARK, path)
-    if isinstance(original, classmethod):
-        return classmethod(wrapper)
-    if isinstance(original, staticmethod):
-        return staticmethod(wrapper)
+    wrapper = _bind(fn, lazy, target, original)
+    _PENDING.setdefault(target.module, []).append((lazy, wrapper))
     return wrapper
 
 
-_PENDING: dict[str, list] = {}  # module -> hooks of its targets not yet resolved
+_PENDING: dict[str, list] = {}  # module -> (stand-in, wrapper) of its targets not yet resolved
 
 
 def resolve_hooks(module: str) -> None:
     """Resolve the hooks of ``module``'s targets (the last line of every patched file): when the
     module has executed, as the runtime form hooks a target when its module has been imported.
     A hook that cannot be resolved, or a malformed setting its module checks, fails the import."""
-    for lazy in _PENDING.pop(module, []):
-        lazy.resolve()
+    mod = sys.modules[module]
+    for lazy, wrapper in _PENDING.pop(module, []):
+        hook = lazy.resolve()
+        owner = mod
+        for part in lazy.target.owner_path:
+            owner = getattr(owner, part)
+        current = owner.__dict__.get(lazy.target.attribute) if isinstance(owner, type) else getattr(owner, lazy.target.attribute, None)
+        if current is wrapper:  # still ours (the module did not re-bind the name itself)
+            setattr(owner, lazy.target.attribute, _bind(lazy.original, hook, lazy.target, wrapper))
 
 
 class _LazyHook:
@@ -132,7 +149,10 @@ class _LazyHook:
         return lambda *args, **kwargs: None  # BEFORE / AFTER: None keeps args / result
 
     def __call__(self, *args, **kwargs):
-        return self.resolve()(*args, **kwargs)
+        hook = self._hook
+        if hook is None:  # only before resolve_hooks ran (a call from the module's own body)
+            hook = self.resolve()
+        return hook(*args, **kwargs)
 
 
 def is_source_wrapper(obj, path: str) -> bool:

@@ -214,3 +214,18 @@ def test_site_packages_mode_patches_the_environments_sglang(tmp_path):
     assert f"def {source_form.upstream_name(FIRST.attribute)}(" in target.read_text()
     again = apply_script("--site-packages", "--venv", str(venv))
     assert again.returncode == 0 and "already applied" in again.stdout
+
+
+def test_git_am_turns_each_patch_into_a_commit_with_its_description(tmp_path):
+    root = minimal_checkout(tmp_path)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    env = {**subprocess_env(), "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "sglang 0.5.20"]):
+        subprocess.run(git + args, cwd=root, env=env, check=True)
+    files = [str(REPO / "patches" / name) for name in (REPO / "patches" / "series").read_text().split()]
+    subprocess.run(git + ["am", "-q", *files], cwd=root, env=env, check=True, capture_output=True)
+    log = subprocess.run(git + ["log", "--format=%s%n%b%x00"], cwd=root, env=env, check=True,
+                         capture_output=True, text=True).stdout.split("\0")
+    for message, patch in zip(log, reversed(SERIES)):
+        assert message.strip().startswith(f"{patch.id}: ")
+        assert "## When it can be dropped" in message and "Confidence:" in message

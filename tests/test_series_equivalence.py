@@ -55,10 +55,13 @@ from sglang.srt.plugins.hook_registry import HookRegistry
 load_plugins()
 import sglang
 import sglang.srt.mem_cache.hiradix_cache as h
-from sglang_overlay.application import status
+from sglang_overlay.application import _chain_holds, status
+from sglang_overlay.registry import discover_patches
 m = h.HiRadixCache.load_back
+holds = {t.path: _chain_holds(h.HiRadixCache.__dict__[t.attribute], t.resolve_hook(), h.HiRadixCache.__dict__[t.attribute].__wrapped__)
+         for p in discover_patches() for t in p.targets if t.qualname.startswith("HiRadixCache.")}
 print("REPORT" + json.dumps({
-    "file": sglang.__file__, "registry": sorted(HookRegistry._hooks), "status": status(),
+    "file": sglang.__file__, "registry": sorted(HookRegistry._hooks), "status": status(), "holds": holds,
     "name": m.__name__, "inner": m.__wrapped__.__code__.co_name, "layers": hasattr(m.__wrapped__, "__wrapped__"),
 }))
 """
@@ -80,12 +83,15 @@ def test_source_form_runs_the_hooks_once_and_the_runtime_hooks_stay_off(source_t
     assert "moe-cp-compaction" not in report["status"]["applied"]  # deepseek_v2 not imported: not counted
     assert report["name"] == "load_back" and report["inner"] == "_sglang_overlay_upstream_load_back"
     assert report["layers"] is False  # one wrapper around upstream's own definition
+    # ... holding the patch's hook itself (re-bound once the module executed): the runtime form's wrapper
+    assert len(report["holds"]) == 3 and all(report["holds"].values()), report["holds"]
 
 
 def test_a_disabled_patch_passes_through_in_the_source_form(source_tree):
     report = probe(source_tree, SGLANG_OVERLAY_DISABLE="cp-hicache-owner-lanes")
     assert "cp-hicache-owner-lanes" not in report["status"]["applied"]
     assert "cp-hicache-owner-lanes" not in report["status"]["source_form"]
+    assert not any(report["holds"].values())  # upstream runs through a pass-through, not the hooks
 
 
 def test_check_verifies_the_source_form(source_tree):
