@@ -83,7 +83,10 @@ def run_check(as_json: bool = False) -> int:
             )
     bad = [r for r in rows if r["enabled"] and r["fingerprint"] not in ("match", "source")]
     incomplete = Path(sys.prefix, ".sglang-overlay-incomplete").exists()
-    ok = not bad and plan.version_problem is None and discoverable and not settings.source_applied() and not incomplete
+    # the source form needs no plugin: discoverability matters for patches the sources do not carry
+    needs_plugin = any(p.id not in plan.source for p in plan.enabled)
+    ok = (not bad and plan.version_problem is None and (discoverable or not needs_plugin)
+          and not settings.source_applied() and not incomplete)
     if as_json:
         print(json.dumps({"ok": ok, "sglang": installed_sglang_version(), "pin": pin.version,
                           "source_form": sorted(plan.source),
@@ -123,6 +126,12 @@ def run_lock(wheel: str | None, check_only: bool, include_extra: bool) -> int:
     version = installed_sglang_version()
     if version is None:
         err_console.print("sglang-overlay lock: no sglang installed")
+        return 1
+    from sglang_overlay import source_form
+
+    if source_form.applied_series():
+        err_console.print("sglang-overlay lock: the installed sglang carries the diff series (source form); "
+                          "fingerprints are taken from a pristine sglang (reinstall it, or use another environment)")
         return 1
     if wheel:
         wheel_name, wheel_sha = Path(wheel).name, lockfile.sha256_file(Path(wheel))

@@ -94,11 +94,21 @@ def test_a_disabled_patch_passes_through_in_the_source_form(source_tree):
     assert not any(report["holds"].values())  # upstream runs through a pass-through, not the hooks
 
 
-def test_check_verifies_the_source_form(source_tree):
-    proc = subprocess.run([sys.executable, "-m", "sglang_overlay", "check", "--json"], env=source_env(source_tree),
+def test_the_source_form_needs_no_plugin(source_tree):
+    """SGLANG_PLUGINS without the overlay: SGLang skips the plugin, the sources still carry the hooks."""
+    report = probe(source_tree, SGLANG_PLUGINS="not_the_overlay")
+    assert report["status"]["started"] is False  # the overlay's plugin never ran
+    assert len(report["holds"]) == 3 and all(report["holds"].values())
+
+
+@pytest.mark.parametrize("plugins", [None, "not_the_overlay"])
+def test_check_verifies_the_source_form(source_tree, plugins):
+    env = source_env(source_tree, **({"SGLANG_PLUGINS": plugins} if plugins else {}))
+    proc = subprocess.run([sys.executable, "-m", "sglang_overlay", "check", "--json"], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and report["ok"], proc.stdout + proc.stderr
+    assert report["plugin_discoverable"] is (plugins is None)
     assert report["source_form"] == SERIES_IDS
     assert {r["fingerprint"] for r in report["targets"]} == {"source"}
 
