@@ -32,16 +32,14 @@ def subprocess_env(**extra: str) -> dict:
 def pytest_configure(config):
     import pytest
 
-    from tests.support.series_forms import current_form, source_form_problem
+    from tests.support.series_forms import current_form, form_problem
 
     try:
-        form = current_form()
+        problem = form_problem(current_form())
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from exc
-    if form == "source":
-        problem = source_form_problem()
-        if problem:
-            raise pytest.UsageError(problem)
+    if problem:
+        raise pytest.UsageError(problem)
 
 
 def pytest_collection_modifyitems(config, items):

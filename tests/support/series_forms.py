@@ -48,12 +48,18 @@ def source_form_skip_reason(nodeid: str) -> str | None:
     return None
 
 
-def source_form_problem() -> str | None:
-    """None when the sglang this interpreter imports carries the whole series (source form)."""
+def form_problem(form: str) -> str | None:
+    """None when the sglang this interpreter imports fits ``form``: the whole series in its sources
+    (source), or none of it (runtime: a patched site-packages would silently test the source form)."""
     from sglang_overlay.registry import discover_patches
 
     package = source_form.sglang_package_dir()
     carried = source_form.applied_series(package) if package else {}
+    if form == "runtime":
+        if carried:
+            return (f"the sglang on sys.path ({package}) carries the series {sorted(carried)}: the runtime form "
+                    f"needs a pristine sglang (reinstall it), or run with {FORM_ENV}=source")
+        return None
     missing = [p.id for p in discover_patches() if not p.extra and p.id not in carried]
     if missing:
         return (f"{FORM_ENV}=source but the sglang on sys.path ({package}) does not carry {missing}: put a tree "
