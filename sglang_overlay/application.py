@@ -156,19 +156,23 @@ def make_plan(lock: dict | None = None) -> Plan:
             f"{settings.DISABLE} names unknown patch id(s) {unknown}; known: {sorted(known)}"
         )
     source = source_form.applied_series()
-    statuses = {p.id: _source_statuses(p, source[p.id], lock) if p.id in source else
+    shipped: dict = {}
+    finals: dict = {}
+    if source:
+        from sglang_overlay import series_diff
+
+        shipped = series_diff.shipped_markers()
+        finals = source_form.final_file_digests([source[p.id] for p in patches if p.id in source])
+    statuses = {p.id: _source_statuses(p, source[p.id], lock, shipped.get(p.id), finals) if p.id in source else
                 [target_status(p, t, lock) for t in p.targets] for p in patches if p.id not in disabled}
     pin = lockfile.Pin(**lock["upstream"])
     return Plan(patches, statuses, disabled, version_problem(pin), source)
 
 
-def _source_statuses(patch: Patch, record: dict, lock: dict) -> list[TargetStatus]:
+def _source_statuses(patch: Patch, record: dict, lock: dict, shipped: dict | None, finals: dict) -> list[TargetStatus]:
     """A patch the sglang sources carry (source form): verified against its marker, the shipped
     diff and the lock instead of hooked (status "source", or "source-drift")."""
-    from sglang_overlay import series_diff
-
-    shipped = series_diff.shipped_digests().get(patch.id)
-    problems = source_form.source_target_problem(patch, record, lock, shipped)
+    problems = source_form.source_target_problem(patch, record, lock, shipped, finals)
     expected = {t.path: lock["targets"].get(t.path, {}).get("fingerprint") for t in patch.targets}
     return [TargetStatus(patch.id, t, "source-drift" if problems[t.path] else "source", expected[t.path],
                          record["digest"], problems[t.path] or "") for t in patch.targets]

@@ -196,7 +196,7 @@ def generate(package_dir: Path, patches_dir: Path | None = None) -> list[PatchFi
         by_file: dict[str, list[Target]] = {}
         for target in patch.targets:
             by_file.setdefault(module_relpath(target.module, package_dir), []).append(target)
-        diffs = []
+        diffs, files = [], {}
         for rel, targets in by_file.items():
             if rel not in tree:
                 try:
@@ -206,23 +206,30 @@ def generate(package_dir: Path, patches_dir: Path | None = None) -> list[PatchFi
             after = transform(tree[rel], targets, patch.id)
             diffs.append(file_diff(rel, tree[rel], after))
             tree[rel] = after
-        marker = source_form.render_marker(patch, source_form.diff_digest(diffs))
+            files[targets[0].module] = source_form.file_digest(after)
+        marker = source_form.render_marker(patch, source_form.diff_digest(diffs), files)
         diffs.append(file_diff(source_form.marker_relpath(patch.id), None, marker))
         description = (patches_dir / patch.description).read_text(encoding="utf-8")
         out.append(PatchFile(patch_file_name(index, patch), format_patch(index, len(series), patch, description, diffs, pin)))
     return out
 
 
-def shipped_digests(patches_dir: Path | None = None) -> dict[str, str]:
-    """Patch id -> digest recorded in the marker that each shipped patch file creates."""
+def shipped_markers(patches_dir: Path | None = None) -> dict[str, dict]:
+    """Patch id -> the marker each shipped patch file creates (what applying it records)."""
     patches_dir = Path(patches_dir or lockfile.default_lock_path().parent)
     out = {}
     for path in sorted(patches_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")):
-        text = path.read_text(encoding="utf-8")
-        pid = re.search(r"^\+PATCH_ID = '([^']+)'$", text, re.M)
-        digest = re.search(r"^\+DIGEST = '([^']+)'$", text, re.M)
-        if pid and digest:
-            out[pid.group(1)] = digest.group(1)
+        section = path.read_text(encoding="utf-8").split("\ndiff --git ")
+        marker = [d for d in section if "/_sglang_overlay_series/" in d.split("\n", 1)[0]]
+        if not marker:
+            continue
+        hunk = marker[0].split("\n@@", 1)[1].split("\n", 1)[1].split("\n-- \n", 1)[0]
+        text = "".join(line[1:] + "\n" for line in hunk.splitlines() if line.startswith("+"))
+        try:
+            record = source_form.read_marker(path, text)
+        except source_form.SourceFormError:
+            continue
+        out[record["id"]] = record
     return out
 
 

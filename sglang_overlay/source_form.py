@@ -178,7 +178,9 @@ def marker_relpath(patch_id: str) -> str:
     return "/".join(MARKER_DIR) + f"/{patch_id.replace('-', '_')}.py"
 
 
-def render_marker(patch, digest: str) -> str:
+def render_marker(patch, digest: str, files: dict[str, str]) -> str:
+    """The marker file of ``patch``: its id, the digest of its diffs, its targets, and the sha256 of
+    every module it patches as it leaves them (a seal: an unchanged file verifies without parsing)."""
     targets = {t.path: [t.hook, t.hook_type] for t in patch.targets}
     lines = [
         f'"""sglang-overlay source form: patch {patch.id} is applied to these sources.',
@@ -191,14 +193,17 @@ def render_marker(patch, digest: str) -> str:
         "TARGETS = {",
         *(f"    {path!r}: {value!r}," for path, value in targets.items()),
         "}",
+        "FILES = {",
+        *(f"    {module!r}: {sha!r}," for module, sha in files.items()),
+        "}",
     ]
     return "\n".join(lines) + "\n"
 
 
-def read_marker(path: Path) -> dict:
+def read_marker(path: Path, text: str | None = None) -> dict:
     values = {}
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
         for stmt in tree.body:
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
                 values[stmt.targets[0].id] = ast.literal_eval(stmt.value)
@@ -206,7 +211,8 @@ def read_marker(path: Path) -> dict:
         raise SourceFormError(f"unreadable sglang-overlay marker {path}: {exc}") from exc
     if not {"PATCH_ID", "DIGEST", "TARGETS"} <= values.keys():
         raise SourceFormError(f"sglang-overlay marker {path} lacks PATCH_ID, DIGEST or TARGETS")
-    return {"id": values["PATCH_ID"], "digest": values["DIGEST"], "targets": values["TARGETS"], "file": str(path)}
+    return {"id": values["PATCH_ID"], "digest": values["DIGEST"], "targets": values["TARGETS"],
+            "files": values.get("FILES", {}), "file": str(path)}
 
 
 def applied_series(package_dir: Path | None = None) -> dict[str, dict]:
@@ -255,18 +261,38 @@ def _is_hook_assignment(stmt, attribute: str) -> bool:
     )
 
 
-def source_target_problem(patch, record: dict, lock: dict, shipped_digest: str | None) -> dict[str, str | None]:
-    """Target path -> None when the source form of ``patch`` verifies, else what is wrong."""
+def file_digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def final_file_digests(records: list[dict]) -> dict[str, str]:
+    """Module -> sha256 the series leaves it with: the last carried patch (series order) touching it."""
+    out: dict[str, str] = {}
+    for record in records:
+        out.update(record["files"])
+    return out
+
+
+def source_target_problem(patch, record: dict, lock: dict, shipped: dict | None,
+                          final_digests: dict[str, str]) -> dict[str, str | None]:
+    """Target path -> None when the source form of ``patch`` verifies, else what is wrong.
+
+    The marker must be the one the shipped diff creates (same targets, digest and file seals).
+    A module whose bytes are what the series generated from the pristine pinned file verifies by
+    construction (the seal); any other is parsed and each renamed definition fingerprinted."""
     from sglang_overlay import fingerprint
 
     out: dict[str, str | None] = {}
     declared = {t.path: [t.hook, t.hook_type] for t in patch.targets}
+    same = ("targets", "digest", "files")
     for target in patch.targets:
         problem = None
         if record["targets"] != declared:
             problem = "the marker's targets differ from the installed overlay's declaration"
-        elif shipped_digest is not None and record["digest"] != shipped_digest:
-            problem = f"applied series {record['digest']} differs from the shipped diff {shipped_digest}"
+        elif shipped is not None and any(record[k] != shipped[k] for k in same):
+            problem = f"applied series {record['digest']} differs from the shipped diff {shipped['digest']}"
+        elif final_digests.get(target.module) and fingerprint.installed_file_digest(target.module) == final_digests[target.module]:
+            problem = None  # the file is byte-for-byte what the series generated
         else:
             try:
                 path = fingerprint.module_source_path(target.module)

@@ -113,6 +113,29 @@ def test_check_verifies_the_source_form(source_tree, plugins):
     assert {r["fingerprint"] for r in report["targets"]} == {"source"}
 
 
+COUNT_PARSES = r"""
+import sglang_overlay.source_form as sf
+calls = []
+parse = sf.source_fingerprint
+sf.source_fingerprint = lambda source, qualname: calls.append(qualname) or parse(source, qualname)
+from sglang_overlay.application import make_plan
+plan = make_plan()
+print("PARSED", len(calls), sorted({s.status for v in plan.statuses.values() for s in v}))
+"""
+
+
+def parsed_at_start_up(root) -> str:
+    proc = subprocess.run([sys.executable, "-c", COUNT_PARSES], env=source_env(root), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.split("PARSED ", 1)[1].strip()
+
+
+def test_start_up_verifies_unchanged_source_form_files_by_their_seal(source_tree):
+    """Every patched file is byte-for-byte what the series generated: no module is parsed."""
+    assert parsed_at_start_up(source_tree) == "0 ['source']"
+
+
 def test_check_reports_an_edited_source_form(source_tree, tmp_path):
     """An upstream definition edited after the series was applied: source-drift, not OK."""
     import ast
@@ -135,6 +158,8 @@ def test_check_reports_an_edited_source_form(source_tree, tmp_path):
     bad = rows["sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._generate_chat_stream"]
     assert bad["fingerprint"] == "source-drift" and "upstream definition under the source form" in bad["detail"]
     assert sum(r["fingerprint"] == "source-drift" for r in report["targets"]) == 1
+    # the edited file's seal no longer holds: its one target is fingerprinted from the AST, no other
+    assert parsed_at_start_up(edited) == "1 ['source', 'source-drift']"
 
 
 def compare_forms(selection, source_tree, tmp_path):
