@@ -34,6 +34,11 @@ def pytest_configure(config):
 
     from tests.support.series_forms import current_form, form_problem
 
+    if not (GSM8K_DIR / "test.jsonl").is_file() or not (GSM8K_DIR / "train.jsonl").is_file():
+        raise pytest.UsageError(
+            f"the tests need the GSM8K splits in {GSM8K_DIR}: the project's shared/ folder beside the "
+            "checkout (../shared/data/gsm8k/test.jsonl and train.jsonl)"
+        )
     try:
         problem = form_problem(current_form())
     except ValueError as exc:
