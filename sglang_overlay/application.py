@@ -187,7 +187,7 @@ class _State:
     applied: dict[str, list[str]] = field(default_factory=dict)  # patch id -> targets hooked
     pending: dict[str, list[tuple[Patch, Target]]] = field(default_factory=dict)  # module -> targets
     skipped: dict[str, str] = field(default_factory=dict)  # patch id -> reason
-    originals: dict[str, tuple[object, str, object]] = field(default_factory=dict)  # path -> (owner, attr, raw)
+    originals: dict[str, tuple[object, str, object]] = field(default_factory=dict)  # path -> (owner, attr, raw before hooking)
     source: dict[str, list[Target]] = field(default_factory=dict)  # patch id -> targets the sources carry
     finder: "_DeferredPatchFinder | None" = None
     apply_s: float = 0.0  # time apply() itself took (verification + immediate hooks)
@@ -274,7 +274,6 @@ def _hook_target(patch: Patch, target: Target) -> None:
 
     owner = _resolve_owner(target)
     raw = _raw_attribute(owner, target.attribute)
-    inherited_before = isinstance(owner, type) and target.attribute not in owner.__dict__
     original = _unwrap_descriptor(raw)
     hook = target.resolve_hook()
     HookRegistry.register(
@@ -290,8 +289,9 @@ def _hook_target(patch: Patch, target: Target) -> None:
             f"patch '{patch.id}' target {target.path}: the hook did not take "
             f"(found {current!r}; SGLang's HookRegistry logs why above)"
         )
-    # None marks an attribute the owner inherited: reverting deletes the wrapper again.
-    _STATE.originals[target.path] = (owner, target.attribute, None if inherited_before else raw)
+    # Targets are definitions in the owner's own body (fingerprints are read from there), so
+    # restoring the stored object undoes the hook.
+    _STATE.originals[target.path] = (owner, target.attribute, raw)
 
 
 def _revert(patch_id: str) -> None:
@@ -300,15 +300,23 @@ def _revert(patch_id: str) -> None:
 
     for path in _STATE.applied.pop(patch_id, []):
         owner, attr, raw = _STATE.originals.pop(path)
-        if raw is None:
-            delattr(owner, attr)
-        else:
-            setattr(owner, attr, raw)
+        setattr(owner, attr, raw)
         HookRegistry._hooks.pop(path, None)
     for module, items in list(_STATE.pending.items()):
         _STATE.pending[module] = [(p, t) for p, t in items if p.id != patch_id]
         if not _STATE.pending[module]:
             del _STATE.pending[module]
+    _drop_finder_if_idle()
+
+
+def _drop_finder_if_idle() -> None:
+    """Leave sys.meta_path as it was once no target waits for its module."""
+    if not _STATE.pending and _STATE.finder is not None:
+        try:
+            sys.meta_path.remove(_STATE.finder)
+        except ValueError:
+            pass
+        _STATE.finder = None
 
 
 def _fail(patch_id: str, message: str) -> None:
@@ -337,12 +345,7 @@ def _apply_module(module: str) -> None:
                 _fail(patch.id, f"patch '{patch.id}' target {target.path}: cannot hook: {exc!r}")
                 continue
             _STATE.applied.setdefault(patch.id, []).append(target.path)
-        if not _STATE.pending and _STATE.finder is not None:
-            try:
-                sys.meta_path.remove(_STATE.finder)
-            except ValueError:
-                pass
-            _STATE.finder = None
+        _drop_finder_if_idle()
 
 
 class _ApplyAfterExecLoader(importlib.abc.Loader):
