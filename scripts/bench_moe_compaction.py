@@ -103,8 +103,8 @@ def main() -> int:
     sglang_overlay.apply()
     from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
 
-    from sglang_overlay.moe import boundary
-    from sglang_overlay.moe.layout import ComputePaddingLayout, attach_layout
+    from sglang_overlay.patches.moe_cp_compaction import boundary
+    from sglang_overlay.patches.moe_cp_compaction.layout import ComputePaddingLayout, attach_layout
     from tests.support.moe_standins import MoeShape, build_deepseek_moe, make_forward_batch
 
     shape = MoeShape(hidden=args.hidden, experts=args.experts, top_k=args.top_k, n_group=8, topk_group=4,

@@ -66,7 +66,7 @@ class Tree:
     def __init__(self, num_leaves: int, num_requests: int, seed: int, policy: str = "write_back"):
         import torch
 
-        from sglang_overlay.hicache.load_back import evict_planned
+        from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
         from tests.support import hicache_cpu as hc
 
         self.hc = hc
@@ -209,8 +209,8 @@ def upstream_fallback_load_back(cache, node):
     only change is the allocation, owner-classed, since alloc() raises here."""
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
-    from sglang_overlay.hicache import metadata as md
-    from sglang_overlay.hicache.load_back import alloc_owner_classed, commit_load
+    from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import alloc_owner_classed, commit_load
 
     alloc = cache.token_to_kv_pool_allocator
     last_hit, nodes = node, []
@@ -245,7 +245,7 @@ def upstream_fallback_load_back(cache, node):
 
 def redundant_leaves(plan, n):
     """Chosen leaves whose removal still leaves every deficit covered (over-eviction)."""
-    from sglang_overlay.hicache import metadata as md
+    from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
 
     counts = [md.get(x).owner_counts(n) for x in plan.leaves]
     total = [sum(c[lane] for c in counts) for lane in range(n)]
@@ -257,9 +257,9 @@ def redundant_leaves(plan, n):
 
 
 def bench_size(num_leaves, num_requests, seed):
-    from sglang_overlay.hicache.counters import counters_of
-    from sglang_overlay.hicache.planner import finish_plan, lane_need, plan_owner_lane_eviction
-    from sglang_overlay.hicache.state import state_of
+    from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
+    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, lane_need, plan_owner_lane_eviction
+    from sglang_overlay.patches.cp_hicache_owner_lanes.state import state_of
     from tests.support.hicache_cpu import settle
     from tests.support.hicache_tensor_count import count_tensor_work
 
@@ -350,7 +350,7 @@ def replay(use_patch: bool, conversations: int, turns: int, seed: int):
 
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
-    from sglang_overlay.hicache.counters import counters_of
+    from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
     from tests.support import hicache_cpu as hc
 
     rng = random.Random(seed)
@@ -410,7 +410,7 @@ def main(argv=None):
 
     import logging
 
-    logging.getLogger("sglang_overlay.hicache").setLevel(logging.ERROR)
+    logging.getLogger("sglang_overlay.patches.cp_hicache_owner_lanes").setLevel(logging.ERROR)
     import sglang_overlay
 
     sglang_overlay.apply()

@@ -34,7 +34,7 @@ t0 = time.perf_counter()
 from sglang.srt.plugins import load_plugins
 load_plugins()
 wall = time.perf_counter() - t0
-app = sys.modules.get("sglang_overlay.application")
+app = sys.modules.get("sglang_overlay.core.hooking")
 print("BENCH" + json.dumps({"wall_s": wall, "overlay_apply_s": app.status()["apply_s"] if app else 0.0, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                             "modules": sorted(sys.modules)}))
 """
@@ -53,7 +53,7 @@ def run_once(enabled: bool) -> dict:
 
 def target_modules() -> set[str]:
     sys.path.insert(0, str(REPO))
-    from sglang_overlay.registry import discover_patches
+    from sglang_overlay.core.registry import discover_patches
 
     return {m for p in discover_patches() for m in p.modules}
 

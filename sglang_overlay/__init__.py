@@ -10,8 +10,8 @@ __version__ = "0.1.0"
 
 
 def apply(lock_path=None) -> dict:
-    """Verify and apply every enabled patch in this process; see sglang_overlay.application."""
-    from sglang_overlay.application import apply as _apply
+    """Verify and apply every enabled patch in this process; see sglang_overlay.core.hooking."""
+    from sglang_overlay.core.hooking import apply as _apply
 
     return _apply(lock_path)
 

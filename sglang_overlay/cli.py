@@ -25,9 +25,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sglang_overlay import __version__, fingerprint, lockfile, settings
-from sglang_overlay.application import OverlayError, installed_sglang_version, make_plan
-from sglang_overlay.registry import discover_patches
+from sglang_overlay import __version__
+from sglang_overlay.core import fingerprint, lockfile, settings
+from sglang_overlay.core.verify import installed_sglang_version, make_plan
+from sglang_overlay.errors import OverlayError
+from sglang_overlay.core.registry import discover_patches
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -127,7 +129,7 @@ def run_lock(wheel: str | None, check_only: bool, include_extra: bool) -> int:
     if version is None:
         err_console.print("sglang-overlay lock: no sglang installed")
         return 1
-    from sglang_overlay import source_form
+    from sglang_overlay.core import source_form
 
     if source_form.applied_series():
         err_console.print("sglang-overlay lock: the installed sglang carries the diff series (source form); "
@@ -141,10 +143,11 @@ def run_lock(wheel: str | None, check_only: bool, include_extra: bool) -> int:
         err_console.print(f"sglang-overlay lock: sglang {version} is not the locked version; pass --wheel FILE "
                           "(pip download --no-deps sglang==VERSION) so the lock records its sha256")
         return 1
-    base = current["upstream"] if current else {}
-    pin = lockfile.Pin(package="sglang", version=version, wheel=wheel_name, wheel_sha256=wheel_sha,
-                       torch=base.get("torch", "2.13.0"), torchvision=base.get("torchvision", "0.28.0"),
-                       python=base.get("python", "3.11"))
+    if current is None:
+        err_console.print(f"sglang-overlay lock: no lock at {lockfile.lock_path()} to take the torch/Python pin from")
+        return 1
+    pin = lockfile.Pin(**{**current["upstream"], "package": "sglang", "version": version,
+                          "wheel": wheel_name, "wheel_sha256": wheel_sha})
     patches = [p for p in discover_patches() if include_extra or not p.extra]
     try:
         data = lockfile.build_lock(patches, pin, fingerprint.fingerprint_installed, fingerprint.installed_file_digest)
@@ -222,7 +225,7 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
 
 def run_series(write: bool, upstream: str | None) -> int:
     """Regenerate (``--write``) or verify (``--check``) patches/series and patches/*.patch."""
-    from sglang_overlay import series_diff, source_form
+    from sglang_overlay.core import series as series_diff, source_form
 
     package_dir = Path(upstream) if upstream else source_form.sglang_package_dir()
     if package_dir is None or not package_dir.is_dir():
@@ -294,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("launch", "gsm8k"):  # pass everything after the subcommand through
         if argv[0] == "launch":
             return run_launch(argv[1:])
-        from sglang_overlay.gsm8k_eval import main as gsm8k_main
+        from sglang_overlay_gsm8k.cli import main as gsm8k_main
 
         return gsm8k_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -8,7 +8,8 @@ so verification failures leave here as ``OverlayStartupError`` (a
 
 from __future__ import annotations
 
-from sglang_overlay.application import OverlayError, OverlayStartupError, apply
+from sglang_overlay.core.hooking import apply
+from sglang_overlay.errors import OverlayError, OverlayStartupError
 
 
 def load() -> None:

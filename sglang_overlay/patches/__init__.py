@@ -1,5 +1,6 @@
-"""Patch declarations: one module per patch, each defining ``PATCH = Patch(...)``.
+"""The series: one folder (package) per patch, each ``__init__.py`` defining ``PATCH = Patch(...)``.
 
-Modules here are discovered automatically (sorted by name). Keep them free of
-torch/upstream imports: hooks are named as "module:function" strings.
+Folders here are discovered automatically and ordered by their declared ``position``.
+Keep declarations free of torch/upstream imports: hooks are named as "module:function"
+strings and resolved only when their target module is imported.
 """

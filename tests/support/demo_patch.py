@@ -6,7 +6,7 @@ counts calls and returns upstream's own result. Enabled only through
 ``SGLANG_OVERLAY_EXTRA_PATCHES=tests.support.demo_patch``.
 """
 
-from sglang_overlay.registry import Patch, Target
+from sglang_overlay.core.registry import Patch, Target
 
 CALLS = {"page_aligned": 0}
 

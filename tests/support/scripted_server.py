@@ -546,7 +546,7 @@ def build_app(script: Callable, model_name: str):
 
     @app.get(STATS_PATH, response_class=ORJSONResponse)
     async def scripted_stats():  # test-only endpoint
-        from sglang_overlay import application
+        from sglang_overlay.core import hooking as application
 
         return {**manager.stats(), "overlay": application.status()}
 

@@ -20,7 +20,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from sglang_overlay import source_form
+from sglang_overlay.core import source_form
 
 REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply_patches.sh"
@@ -28,9 +28,9 @@ FORM_ENV = "SGLANG_OVERLAY_TEST_FORM"
 
 # nodeid prefix -> why the test means nothing in the source form
 SOURCE_FORM_SKIPS = {
-    "tests/test_overlay_cli.py": "checks the runtime form's lock, fingerprints and set-up script on the installed upstream",
-    "tests/test_overlay_plugin.py": "checks the runtime form's hooking machinery (HookRegistry, lazy finder, strictness)",
-    "tests/test_series_": "builds and compares both forms itself",
+    "tests/core/test_overlay_cli.py": "checks the runtime form's lock, fingerprints and set-up script on the installed upstream",
+    "tests/core/test_overlay_plugin.py": "checks the runtime form's hooking machinery (HookRegistry, lazy finder, strictness)",
+    "tests/core/test_series_": "builds and compares both forms itself",
 }
 
 
@@ -51,7 +51,7 @@ def source_form_skip_reason(nodeid: str) -> str | None:
 def form_problem(form: str) -> str | None:
     """None when the sglang this interpreter imports fits ``form``: the whole series in its sources
     (source), or none of it (runtime: a patched site-packages would silently test the source form)."""
-    from sglang_overlay.registry import discover_patches
+    from sglang_overlay.core.registry import discover_patches
 
     package = source_form.sglang_package_dir()
     carried = source_form.applied_series(package) if package else {}

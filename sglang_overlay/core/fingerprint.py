@@ -1,0 +1,66 @@
+"""Fingerprints of upstream targets, read from source without importing it.
+
+A fingerprint is ``sha256:`` + the sha256 of the target's normalized source:
+the class or function definition found by qualified name in the module's AST,
+re-rendered by ``ast.unparse`` (so comments and formatting do not count, code,
+docstrings and decorators do). Reading the source statically lets start-up
+verify every target before its module is imported (lazy application) and lets
+``rebase-check`` compare another wheel without installing it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+from pathlib import Path
+
+from sglang_overlay.core.introspection import TargetNotFound, find_definition, sha256_tag
+
+__all__ = ["TargetNotFound", "fingerprint_source", "fingerprint_installed", "installed_file_digest",
+           "module_source_path", "module_file_in_wheel"]
+
+
+def fingerprint_source(source: str, qualname: str) -> str:
+    """Fingerprint of ``qualname`` inside a module's source text."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise TargetNotFound(f"module source does not parse: {exc}") from exc
+    return sha256_tag(ast.unparse(find_definition(tree, qualname)))
+
+
+def module_source_path(module: str) -> Path:
+    """Where ``module``'s source lives, found without executing it.
+
+    ``find_spec`` imports the parent packages (cheap ``__init__`` modules), never
+    the module itself.
+    """
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise TargetNotFound(f"module {module!r} cannot be located: {exc}") from exc
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise TargetNotFound(f"module {module!r} not found (or has no Python source)")
+    return Path(spec.origin)
+
+
+@functools.lru_cache(maxsize=None)
+def installed_file_digest(module: str) -> str | None:
+    """``sha256:`` of the installed module file's bytes (None when it cannot be located)."""
+    try:
+        data = module_source_path(module).read_bytes()
+    except (TargetNotFound, OSError):
+        return None
+    return sha256_tag(data)
+
+
+def fingerprint_installed(module: str, qualname: str) -> str:
+    """Fingerprint of a target in the installed upstream."""
+    path = module_source_path(module)
+    return fingerprint_source(path.read_text(encoding="utf-8"), qualname)
+
+
+def module_file_in_wheel(module: str) -> str:
+    """The member name of ``module``'s source inside a wheel (a zip)."""
+    return module.replace(".", "/") + ".py"

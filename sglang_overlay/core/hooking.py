@@ -1,0 +1,277 @@
+"""Hooking: apply a verified plan in this process, lazily, and prove each hook took.
+
+The job, in order (``apply``, once per process, under one lock):
+
+1. ``core.verify.make_plan()``: version pin and every enabled patch's fingerprints.
+   A patch that does not verify is refused whole: strict (default) raises
+   ``OverlayError``; ``SGLANG_OVERLAY_STRICT=0`` logs one warning, skips the patch
+   and restores any target of it already hooked (``_revert``).
+2. A target whose module is already imported is hooked at once through SGLang's
+   ``HookRegistry``. Any other waits in ``_STATE.pending`` and is hooked the moment
+   its module finishes executing: ``_DeferredPatchFinder`` (first on
+   ``sys.meta_path`` while anything is pending) wraps that module's loader. So a
+   process never imports a patch-target module it would not import anyway.
+3. After hooking, the attribute must be a wrapper chain holding the overlay's hook
+   and reaching the original object (``HookRegistry`` only logs a failure).
+
+Invariants: a patch is applied whole or not at all; the finder leaves
+``sys.meta_path`` once nothing is pending; ``_revert`` restores the stored object
+and forgets the target in ``HookRegistry`` (hooks and patched set) so a later
+registration applies afresh. Cost: ``apply`` itself is a few milliseconds (the
+seal spares parsing, ``scripts/bench_plugin_overhead.py``); one ``find_spec`` of
+the finder per import while targets are pending.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from sglang_overlay.core import lockfile, settings, source_form
+from sglang_overlay.core.introspection import raw_attribute, resolve_owner, unwrap_descriptor
+from sglang_overlay.core.registry import Patch, Target
+from sglang_overlay.core.verify import make_plan
+from sglang_overlay.errors import OverlayError
+
+logger = logging.getLogger("sglang_overlay")
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass
+class _State:
+    started: bool = False
+    applied: dict[str, list[str]] = field(default_factory=dict)  # patch id -> targets hooked
+    pending: dict[str, list[tuple[Patch, Target]]] = field(default_factory=dict)  # module -> targets
+    skipped: dict[str, str] = field(default_factory=dict)  # patch id -> reason
+    originals: dict[str, tuple[object, str, object]] = field(default_factory=dict)  # path -> (owner, attr, raw before hooking)
+    source: dict[str, list[Target]] = field(default_factory=dict)  # patch id -> targets the sources carry
+    finder: "_DeferredPatchFinder | None" = None
+    apply_s: float = 0.0  # time apply() itself took (verification + immediate hooks)
+
+
+_STATE = _State()
+_LOCK = threading.RLock()
+
+
+def status() -> dict:
+    """What this process has applied, is waiting to apply, and skipped."""
+    with _LOCK:
+        applied = {k: list(v) for k, v in _STATE.applied.items()}
+        for patch_id, targets in _STATE.source.items():
+            live = [t.path for t in targets if _source_target_live(t)]
+            if live:
+                applied[patch_id] = live
+        return {
+            "started": _STATE.started,
+            "applied": applied,
+            "source_form": sorted(_STATE.source),
+            "pending_modules": sorted(_STATE.pending),
+            "skipped": dict(_STATE.skipped),
+            "apply_s": _STATE.apply_s,
+        }
+
+
+# --------------------------------------------------------------------------- hooking
+
+
+def _source_target_live(target: Target) -> bool:
+    """A source-form target counts as applied once its module is imported and its attribute is
+    the source form's wrapper (the same rule as a runtime hook: hooked when its module imports)."""
+    if target.module not in sys.modules:
+        return False
+    try:
+        raw = raw_attribute(resolve_owner(target.module, target.owner_path), target.attribute)
+    except AttributeError:
+        return False
+    return source_form.is_source_wrapper(raw, target.path)
+
+
+def _chain_holds(current, hook, original) -> bool:
+    """True when the wrapper chain starting at ``current`` holds ``hook`` and reaches ``original``."""
+    fn = unwrap_descriptor(current)
+    saw_hook = False
+    seen = 0
+    while fn is not None and seen < 64:
+        if fn is original:
+            return saw_hook
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                if cell.cell_contents is hook:
+                    saw_hook = True
+            except ValueError:  # empty cell
+                pass
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return False
+
+
+def _hook_target(patch: Patch, target: Target) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
+
+    owner = resolve_owner(target.module, target.owner_path)
+    raw = raw_attribute(owner, target.attribute)
+    original = unwrap_descriptor(raw)
+    hook = target.resolve_hook()
+    HookRegistry.register(
+        target.path,
+        hook,
+        HookType[target.hook_type],
+        source=HookSource(plugin_name=settings.PLUGIN_NAME, dist_name="sglang-overlay"),
+    )
+    HookRegistry.apply_hooks()
+    current = raw_attribute(resolve_owner(target.module, target.owner_path), target.attribute)
+    if not _chain_holds(current, hook, original):
+        raise OverlayError(
+            f"patch '{patch.id}' target {target.path}: the hook did not take "
+            f"(found {current!r}; SGLang's HookRegistry logs why above)"
+        )
+    # Targets are definitions in the owner's own body (fingerprints are read from there), so
+    # restoring the stored object undoes the hook.
+    _STATE.originals[target.path] = (owner, target.attribute, raw)
+
+
+def _revert(patch_id: str) -> None:
+    """Restore every target of a patch that was already hooked (non-strict skip)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    for path in _STATE.applied.pop(patch_id, []):
+        owner, attr, raw = _STATE.originals.pop(path)
+        setattr(owner, attr, raw)
+        HookRegistry._hooks.pop(path, None)
+        HookRegistry._patched.discard(path)  # else a later registration of the path is never applied
+    for module, items in list(_STATE.pending.items()):
+        _STATE.pending[module] = [(p, t) for p, t in items if p.id != patch_id]
+        if not _STATE.pending[module]:
+            del _STATE.pending[module]
+    _drop_finder_if_idle()
+
+
+def _drop_finder_if_idle() -> None:
+    """Leave sys.meta_path as it was once no target waits for its module."""
+    if not _STATE.pending and _STATE.finder is not None:
+        try:
+            sys.meta_path.remove(_STATE.finder)
+        except ValueError:
+            pass
+        _STATE.finder = None
+
+
+def _fail(patch_id: str, message: str) -> None:
+    """Strict: raise. Non-strict: one warning, the patch is skipped whole."""
+    if settings.strict():
+        raise OverlayError(message)
+    if patch_id not in _STATE.skipped:
+        logger.warning("sglang-overlay: skipping patch '%s' (%s=0): %s", patch_id, settings.STRICT, message)
+    _STATE.skipped[patch_id] = message
+    _revert(patch_id)
+
+
+def _apply_module(module: str) -> None:
+    """Hook every pending target of ``module`` (now executed)."""
+    with _LOCK:
+        items = _STATE.pending.pop(module, [])
+        for patch, target in items:
+            if patch.id in _STATE.skipped:
+                continue
+            try:
+                _hook_target(patch, target)
+            except OverlayError as exc:
+                _fail(patch.id, str(exc))
+                continue
+            except Exception as exc:  # resolving the hook or the owner failed
+                _fail(patch.id, f"patch '{patch.id}' target {target.path}: cannot hook: {exc!r}")
+                continue
+            _STATE.applied.setdefault(patch.id, []).append(target.path)
+        _drop_finder_if_idle()
+
+
+class _ApplyAfterExecLoader(importlib.abc.Loader):
+    """Delegates to the real loader, then hooks the module's pending targets."""
+
+    def __init__(self, inner, module: str):
+        self._inner = inner
+        self._module = module
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        _apply_module(self._module)
+
+    def __getattr__(self, name):  # get_source, get_filename, ... for inspect/linecache
+        return getattr(self._inner, name)
+
+
+class _DeferredPatchFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of modules that have pending targets."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _STATE.pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None:
+            spec.loader = _ApplyAfterExecLoader(spec.loader, fullname)
+        return spec
+
+
+# --------------------------------------------------------------------------- entry
+
+
+def apply(lock_path=None) -> dict:
+    """Verify and apply every enabled patch in this process (idempotent).
+
+    Targets in modules not yet imported are hooked when their module is first
+    imported. Raises ``OverlayError`` in strict mode when anything does not verify.
+    """
+    with _LOCK:
+        if _STATE.started:
+            return status()
+        started = time.perf_counter()
+        try:
+            _apply_unlocked(lock_path)
+        finally:
+            _STATE.apply_s = time.perf_counter() - started
+        return status()
+
+
+def _apply_unlocked(lock_path) -> None:
+    """apply() under _LOCK, once per process."""
+    if settings.source_applied():
+        _STATE.started = True
+        _STATE.skipped.update({"*": "the series is applied to the sources; runtime hooks are off"})
+        return
+    plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
+    if plan.version_problem:
+        raise OverlayError(plan.version_problem)
+    _STATE.started = True
+    for patch in plan.enabled:
+        refusal = plan.refusal(patch)
+        if patch.id in plan.source and not refusal:  # the sources carry it: no runtime hook
+            _STATE.source[patch.id] = list(patch.targets)
+            continue
+        if refusal:
+            _fail(patch.id, refusal)
+            continue
+        for target in patch.targets:
+            _STATE.pending.setdefault(target.module, []).append((patch, target))
+    ready = [m for m in _STATE.pending if m in sys.modules]
+    if len(ready) < len(_STATE.pending):
+        _STATE.finder = _DeferredPatchFinder()
+        sys.meta_path.insert(0, _STATE.finder)
+    for module in ready:
+        _apply_module(module)
+

@@ -1,0 +1,192 @@
+"""Verification: does every enabled patch fit the installed upstream? Computed, never applied.
+
+``make_plan()`` is the side-effect-free answer the hooking step, ``check`` and
+``launch`` share. Per target it yields a :class:`TargetStatus` whose ``status`` is
+one :class:`Status`:
+
+- ``MATCH``: the installed definition's fingerprint equals the lock's;
+- ``DRIFT``: it differs; ``MISSING``: the module or the definition is gone;
+- ``UNLOCKED``: the lock has no fingerprint for the target;
+- ``SOURCE`` / ``SOURCE_DRIFT``: the sglang sources carry the patch (the diff
+  series, ``core.source_form``) and it verifies / does not.
+
+Invariant: only ``MATCH`` and ``SOURCE`` are OK; a patch is applied whole or not
+at all. Cost: a module file whose bytes the lock's seal vouches for is not
+parsed (one sha256 of the file); any other is parsed once per target.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.metadata
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+from sglang_overlay import __version__
+from sglang_overlay.core import fingerprint, lockfile, settings, source_form
+from sglang_overlay.core.registry import Patch, Target, discover_patches
+from sglang_overlay.errors import OverlayError
+
+HOW_TO_PROCEED = (
+    "Re-check the patch against this upstream (sglang-overlay rebase-check), then regenerate "
+    "the lock (sglang-overlay lock); or run without it: SGLANG_OVERLAY_DISABLE={pid}, or "
+    "SGLANG_OVERLAY_STRICT=0 to skip every patch that does not verify."
+)
+
+
+class Status(str, enum.Enum):
+    """How one target of an enabled patch verifies (the value is what ``check`` prints)."""
+
+    MATCH = "match"
+    DRIFT = "drift"
+    MISSING = "missing"
+    UNLOCKED = "unlocked"
+    SOURCE = "source"
+    SOURCE_DRIFT = "source-drift"
+
+    @property
+    def ok(self) -> bool:
+        return self in (Status.MATCH, Status.SOURCE)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    patch: str
+    target: Target
+    status: Status
+    expected: str | None
+    found: str | None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status.ok
+
+    def describe(self) -> str:
+        head = f"patch '{self.patch}' target {self.target.path}"
+        if self.status is Status.DRIFT:
+            return f"{head}: fingerprint drift (expected {self.expected}, found {self.found})"
+        if self.status is Status.MISSING:
+            return f"{head}: target missing in the installed upstream ({self.detail})"
+        if self.status is Status.SOURCE_DRIFT:
+            return f"{head}: source form does not verify ({self.detail})"
+        if self.status is Status.UNLOCKED:
+            return f"{head}: no fingerprint in the lock (found {self.found})"
+        return f"{head}: {self.status}"
+
+
+def _seal_vouches(target: Target, lock: dict) -> bool:
+    """The module file is byte-for-byte the one the lock's fingerprints were computed from."""
+    seal = lock.get("modules", {}).get(target.module)
+    return bool(seal) and seal == lockfile.module_seal(
+        fingerprint.installed_file_digest(target.module), lockfile.module_fingerprints(lock["targets"], target.module)
+    )
+
+
+def target_status(patch: Patch, target: Target, lock: dict) -> TargetStatus:
+    entry = lock["targets"].get(target.path)
+    expected = entry["fingerprint"] if entry else None
+    if expected and _seal_vouches(target, lock):  # match by construction: no parse
+        return TargetStatus(patch.id, target, Status.MATCH, expected, expected)
+    try:
+        found = fingerprint.fingerprint_installed(target.module, target.qualname)
+    except fingerprint.TargetNotFound as exc:
+        return TargetStatus(patch.id, target, Status.MISSING, expected, None, str(exc))
+    if expected is None:
+        return TargetStatus(patch.id, target, Status.UNLOCKED, None, found)
+    return TargetStatus(patch.id, target, Status.MATCH if found == expected else Status.DRIFT, expected, found)
+
+
+def installed_sglang_version() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def version_problem(pin: lockfile.Pin) -> str | None:
+    """None when the installed sglang is the pinned one (or the user opted out)."""
+    found = installed_sglang_version()
+    if found is None:
+        return f"sglang-overlay {__version__} is pinned to sglang=={pin.version}, found no sglang installed"
+    try:
+        same = Version(found) == Version(pin.version)
+    except InvalidVersion:
+        same = False
+    if same or settings.allow_unpinned():
+        return None
+    return (
+        f"sglang-overlay {__version__} is pinned to sglang=={pin.version}, found {found}. "
+        f"Install the pin (scripts/apply_patches.sh), or set {settings.ALLOW_UNPINNED}=1 to run "
+        "on another version (per-target fingerprints are still enforced)."
+    )
+
+
+@dataclass
+class Plan:
+    """What applying would do in this process, computed without side effects."""
+
+    patches: list[Patch]
+    statuses: dict[str, list[TargetStatus]]
+    disabled: list[str]
+    version_problem: str | None
+    source: dict[str, dict] = field(default_factory=dict)  # patch id -> marker: carried by the sources
+
+    def problems(self, patch: Patch) -> list[TargetStatus]:
+        return [s for s in self.statuses.get(patch.id, []) if not s.ok]
+
+    def refusal(self, patch: Patch) -> str | None:
+        """The message that refuses ``patch`` (None when every target verifies)."""
+        problems = self.problems(patch)
+        if not problems:
+            return None
+        return "; ".join(p.describe() for p in problems) + ". " + HOW_TO_PROCEED.format(pid=patch.id)
+
+    @property
+    def enabled(self) -> list[Patch]:
+        return [p for p in self.patches if p.id not in self.disabled]
+
+
+def make_plan(lock: dict | None = None) -> Plan:
+    lock = lock if lock is not None else lockfile.read_lock()
+    pin = lockfile.Pin(**lock["upstream"])
+    patches = discover_patches(pin.version)
+    known = {p.id for p in patches}
+    disabled = settings.disabled_patch_ids()
+    unknown = [d for d in disabled if d not in known]
+    if unknown:
+        raise OverlayError(f"{settings.DISABLE} names unknown patch id(s) {unknown}; known: {sorted(known)}")
+    for patch in patches:
+        if patch.id not in disabled:
+            for knob in patch.knobs:
+                knob.read()  # a malformed value refuses start-up here, before anything is hooked
+    source = source_form.applied_series()
+    shipped: dict = {}
+    finals: dict = {}
+    if source:
+        from sglang_overlay.core import series
+
+        shipped = series.shipped_markers()
+        finals = source_form.final_file_digests([source[p.id] for p in patches if p.id in source])
+    statuses = {}
+    for p in patches:
+        if p.id in disabled:
+            continue
+        if p.id in source:
+            statuses[p.id] = _source_statuses(p, source[p.id], lock, shipped.get(p.id), finals)
+        else:
+            statuses[p.id] = [target_status(p, t, lock) for t in p.targets]
+    return Plan(patches, statuses, disabled, version_problem(pin), source)
+
+
+def _source_statuses(patch: Patch, record: dict, lock: dict, shipped: dict | None, finals: dict) -> list[TargetStatus]:
+    """A patch the sglang sources carry (source form): verified against its marker, the shipped
+    diff and the lock instead of hooked."""
+    problems = source_form.source_target_problem(patch, record, lock, shipped, finals)
+    expected = {t.path: lock["targets"].get(t.path, {}).get("fingerprint") for t in patch.targets}
+    return [TargetStatus(patch.id, t, Status.SOURCE_DRIFT if problems[t.path] else Status.SOURCE,
+                         expected[t.path], record["digest"], problems[t.path] or "") for t in patch.targets]

@@ -1,0 +1,37 @@
+"""Patch cp-hicache-owner-lanes: HiCache load-back under page-owner KV residency.
+
+This folder owns the patch: the declaration below, its settings (``settings.py``) and its
+implementation (``hooks.py``: metadata stamping on insert/split/cache_*_req; ``load_back.py``:
+the load-back hook; ``planner.py``: owner-lane eviction planning; ``metadata.py``, ``state.py``,
+``counters.py``). Description and exit condition: ``patches/cp-hicache-owner-lanes.md``.
+"""
+
+from sglang_overlay.core.registry import Patch, Target
+from sglang_overlay.patches.cp_hicache_owner_lanes.settings import SLOW_PLAN_MS
+
+_HIRADIX = "sglang.srt.mem_cache.hiradix_cache"
+_RADIX = "sglang.srt.mem_cache.radix_cache"
+_PKG = "sglang_overlay.patches.cp_hicache_owner_lanes"
+_HOOKS = f"{_PKG}.hooks"
+
+PATCH = Patch(
+    id="cp-hicache-owner-lanes",
+    position=1,
+    title="HiCache load-back under page-owner KV residency, owner-lane eviction planned from CPU metadata",
+    description="cp-hicache-owner-lanes.md",
+    role="scheduler",
+    targets=(
+        Target(_HIRADIX, "HiRadixCache.load_back", f"{_PKG}.load_back:load_back_hook", "AROUND"),
+        Target(_HIRADIX, "HiRadixCache.insert", f"{_HOOKS}:insert_hook", "AROUND"),
+        Target(_HIRADIX, "HiRadixCache._split_node", f"{_HOOKS}:split_node_hook", "AROUND"),
+        Target(_RADIX, "RadixCache.cache_finished_req", f"{_HOOKS}:cache_finished_req_hook", "AROUND"),
+        Target(_RADIX, "RadixCache.cache_unfinished_req", f"{_HOOKS}:cache_unfinished_req_hook", "AROUND"),
+        Target(
+            "sglang.srt.mem_cache.base_prefix_cache",
+            "BasePrefixCache.rotation_base_of",
+            f"{_HOOKS}:rotation_base_of_hook",
+            "AROUND",
+        ),
+    ),
+    knobs=(SLOW_PLAN_MS,),
+)

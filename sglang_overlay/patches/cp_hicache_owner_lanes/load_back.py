@@ -1,0 +1,286 @@
+"""Owner-classed HiCache load-back under page-owner KV residency.
+
+Upstream ``HiRadixCache.load_back`` asks the controller for a plain ``alloc()``
+(which ``PageInterleavePoolAllocator`` refuses) and falls back to
+``evict(num_tokens)``, which frees tokens by LRU regardless of owner. This
+replacement, active only when the device allocator is page-interleaved:
+
+1. computes the pages the evicted chain needs per owner lane from node metadata;
+2. plans owner-lane eviction on the CPU (:mod:`.planner`) and, if the plan covers
+   every deficit, evicts exactly the planned leaves through upstream's own
+   primitives (``_evict_backuped``/``_evict_regular`` on write-through,
+   ``write_backup``/``_detach_backuped``/``_drop_subtree_no_host`` on write-back),
+   so sizes, locks, host protection, kv events and metrics stay upstream's;
+3. draws the chain's pages from their owner classes with upstream's
+   ``alloc_extend`` (position-page ``P`` from class ``(b + P) % N``, all or
+   nothing) and queues the host-to-device copy on the controller's load queue.
+
+If the plan cannot cover every deficit nothing is evicted, every lock and host
+protection taken is released and the request proceeds as a cache miss.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import List, Optional, Sequence
+
+from sglang_overlay.patches.cp_hicache_owner_lanes import counters as ctr
+from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, lane_need, plan_owner_lane_eviction
+from sglang_overlay.patches.cp_hicache_owner_lanes.state import ensure_meta, state_of
+
+logger = logging.getLogger("sglang_overlay.patches.cp_hicache_owner_lanes")
+
+
+def load_back_hook(original, self, node, mem_quota=None):
+    state = state_of(self)
+    if state is None:
+        return original(self, node, mem_quota)
+    return owner_classed_load_back(self, state, node, mem_quota)
+
+
+# --------------------------------------------------------------------------- allocation
+
+
+def chain_segments(metas: Sequence) -> List[tuple]:
+    """Group node metadata into cyclic runs: (rotation_base, start_page, num_pages)."""
+    segments: List[list] = []
+    prev = None
+    for meta in metas:
+        if (
+            prev is not None
+            and meta.first_owner == prev.next_owner
+            and meta.start_page == prev.start_page + prev.num_pages
+        ):
+            segments[-1][2] += meta.num_pages
+        else:
+            segments.append([meta.rotation_base, meta.start_page, meta.num_pages])
+        prev = meta
+    return [tuple(s) for s in segments]
+
+
+def alloc_owner_classed(allocator, metas: Sequence):
+    """Device indices for ``metas``' pages, each page from its owner class; None if short.
+
+    Goes through upstream's ``alloc_extend``: one "request" per cyclic run, the
+    run's rotation base as its base and its first position-page as its prefix,
+    so the allocator's own per-class supply check makes it all or nothing.
+    """
+    import torch
+
+    segments = chain_segments(metas)
+    ps, n = allocator.page_size, allocator.shard_size
+    prefix = torch.tensor([s[1] * ps for s in segments], dtype=torch.int64)
+    seq = torch.tensor([(s[1] + s[2]) * ps for s in segments], dtype=torch.int64)
+    # last_loc is read only by the allocator's debug congruence check: a slot of
+    # the page owner that precedes each run, which is what the check verifies.
+    last_loc = torch.tensor([((s[0] + s[1] - 1) % n) * ps for s in segments], dtype=torch.int64)
+    return allocator.alloc_extend(
+        prefix,
+        prefix,
+        seq,
+        seq,
+        last_loc,
+        sum(s[2] for s in segments) * ps,
+        rotation_bases=[s[0] for s in segments],
+    )
+
+
+# --------------------------------------------------------------------------- eviction
+
+
+def evict_planned(cache, leaves: Sequence) -> int:
+    """Evict exactly ``leaves`` (in order) through upstream's eviction primitives."""
+    start = time.perf_counter()
+    if cache.cache_controller.write_policy == "write_back":
+        num_evicted = _evict_write_back(cache, leaves)
+    else:
+        num_evicted = _evict_write_through(cache, leaves)
+    cache.update_eviction_metrics(num_evicted, start)
+    return num_evicted
+
+
+def _evictable(node) -> bool:
+    return node.lock_ref == 0 and not node.evicted and all(c.evicted for c in node.children.values())
+
+
+def _evict_write_through(cache, leaves) -> int:
+    num_evicted = 0
+    for x in leaves:
+        if not _evictable(x):
+            continue
+        if x.backuped:
+            num_evicted += cache._evict_backuped(x)
+        else:
+            num_evicted += cache._evict_regular(x)
+    return num_evicted
+
+
+def _evict_write_back(cache, leaves) -> int:
+    num_evicted = 0
+    staged = []
+
+    def flush_staged() -> None:
+        if not staged:
+            return
+        cache.writing_check(write_back=True)
+        for node, device_indices in staged:
+            cache.cache_controller.evict_device(device_indices)
+            node.release_host()
+        staged.clear()
+
+    for x in leaves:
+        if not _evictable(x):
+            continue
+        if x.backuped:
+            num_evicted += cache._evict_backuped(x)
+        elif cache.write_backup(x, write_back=True) > 0:
+            x.protect_host()
+            staged.append((x, x.value))
+            num_evicted += cache._detach_backuped(x)
+        else:
+            flush_staged()
+            num_evicted += cache._drop_subtree_no_host(x)
+    flush_staged()
+    return num_evicted
+
+
+# --------------------------------------------------------------------------- load-back
+
+
+def _lanes(values) -> str:
+    return "[" + ",".join(str(v) for v in values) + "]"
+
+
+def _plan_evict_alloc(cache, state, nodes_to_load, last_hit_node):
+    """Plan, evict what the plan chose, allocate by owner class: device indices or None."""
+    metas = [ensure_meta(cache, state, n) for n in nodes_to_load]
+    shard_size = state.shard_size
+    counters = state.counters
+    free_before = state.allocator.class_free_page_counts()
+
+    t0 = time.perf_counter()
+    need = lane_need(nodes_to_load, shard_size)
+    plan = plan_owner_lane_eviction(cache, need, free_before, state.index, shard_size)
+    plan_ms = (time.perf_counter() - t0) * 1e3
+    finish_plan(plan)
+    counters.last_plan_ms = plan_ms
+
+    if any(plan.deficit):
+        counters.plans += 1
+        counters.leaves_scanned += plan.scanned
+    if plan_ms > state.slow_plan_ms:
+        counters.record_warning(ctr.WARN_SLOW_PLAN)
+        logger.warning(
+            "owner-lane load-back: planning for node %d took %.2f ms (threshold %.2f ms, "
+            "%d leaves scanned); need=%s free=%s deficit=%s",
+            last_hit_node.id, plan_ms, state.slow_plan_ms, plan.scanned,
+            _lanes(need), _lanes(free_before), _lanes(plan.deficit),
+        )
+
+    device_indices = None
+    logged = set()
+    if plan.covered:
+        if plan.leaves:
+            evict_planned(cache, plan.leaves)
+            free_after = state.allocator.class_free_page_counts()
+            freed = [a - b for a, b in zip(free_after, free_before)]
+            counters.record_eviction(freed, len(plan.leaves))
+            if any(f < p for f, p in zip(freed, plan.pages_per_lane)):
+                logged.add(ctr.WARN_SHORT_EVICTION)
+                counters.record_warning(ctr.WARN_SHORT_EVICTION)
+                logger.warning(
+                    "owner-lane load-back: eviction for node %d freed less than planned: "
+                    "planned=%s freed=%s need=%s free=%s deficit=%s",
+                    last_hit_node.id, _lanes(plan.pages_per_lane), _lanes(freed),
+                    _lanes(need), _lanes(free_before), _lanes(plan.deficit),
+                )
+        device_indices = alloc_owner_classed(state.allocator, metas)
+        if device_indices is None and ctr.WARN_SHORT_EVICTION not in logged:
+            counters.record_warning(ctr.WARN_SHORT_EVICTION)
+            logger.warning(
+                "owner-lane load-back: refused for node %d, classes still short after the "
+                "planned eviction: need=%s free=%s deficit=%s",
+                last_hit_node.id, _lanes(need), _lanes(state.allocator.class_free_page_counts()),
+                _lanes(plan.deficit),
+            )
+    else:
+        counters.record_warning(ctr.WARN_REFUSED)
+        logger.warning(
+            "owner-lane load-back: refused for node %d, deficit remains after planning: "
+            "need=%s free=%s deficit=%s uncovered=%s (%d leaves scanned); nothing evicted",
+            last_hit_node.id, _lanes(need), _lanes(free_before), _lanes(plan.deficit),
+            _lanes(plan.remaining), plan.scanned,
+        )
+
+    return device_indices
+
+
+def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None):
+    last_hit_node = node
+    nodes_to_load = []
+    while node.evicted:
+        assert node.backuped, "No backup available on evicted nodes, should not happen"
+        nodes_to_load.insert(0, node)
+        node = node.parent
+    ancestor = node
+
+    # protect the ancestor nodes from eviction
+    delta = cache.inc_lock_ref(ancestor).delta
+    num_tokens = sum(len(n.host_value) for n in nodes_to_load)
+    if num_tokens < cache.load_back_threshold or (
+        mem_quota is not None and num_tokens > mem_quota + delta
+    ):
+        cache.dec_lock_ref(ancestor)
+        return None
+    if cache._get_extra_pools():
+        cache.dec_lock_ref(ancestor)
+        raise RuntimeError(
+            "cp-hicache-owner-lanes: owner-classed load-back supports the KV pool only; "
+            "this cache has extra host pools (hybrid controller). Disable the patch "
+            "(SGLANG_OVERLAY_DISABLE=cp-hicache-owner-lanes) or the page-interleaved allocator."
+        )
+
+    for n in nodes_to_load:
+        n.protect_host()
+    try:
+        device_indices = _plan_evict_alloc(cache, state, nodes_to_load, last_hit_node)
+    except BaseException:
+        for n in nodes_to_load:
+            n.release_host()
+        cache.dec_lock_ref(ancestor)
+        raise
+
+    cache.dec_lock_ref(ancestor)
+    if device_indices is None:
+        for n in nodes_to_load:
+            n.release_host()
+        state.counters.record_outcome(False)
+        return None
+
+    commit_load(cache, nodes_to_load, last_hit_node, device_indices)
+    state.counters.record_outcome(True)
+    return device_indices
+
+
+def commit_load(cache, nodes_to_load, last_hit_node, device_indices) -> None:
+    """Upstream's load-back tail: queue the host-to-device copy on the controller,
+    point the nodes at their new device indices, publish, lock the hit node."""
+    import torch
+    from sglang.srt.disaggregation.kv_events import StorageMedium
+    from sglang.srt.managers.cache_controller import CacheOperation
+
+    host_indices = torch.cat([n.host_value for n in nodes_to_load])
+    cache.cache_controller.load_queue.append(
+        CacheOperation(host_indices, device_indices, last_hit_node.id)
+    )
+    for n in nodes_to_load:
+        n.release_host()
+    cache.ongoing_load_back[last_hit_node.id] = last_hit_node
+    offset = 0
+    for n in nodes_to_load:
+        n.value = device_indices[offset : offset + len(n.host_value)].clone()
+        offset += len(n.host_value)
+        cache.kv_events.record_store(n, medium=StorageMedium.GPU)
+    cache.evictable_size_ += len(device_indices)
+    cache.inc_lock_ref(last_hit_node)

@@ -1,0 +1,262 @@
+"""Owner-lane eviction planning for HiCache load-back, on CPU metadata only.
+
+Given the pages a load-back needs per owner class and the free pages per class,
+the deficit of lane ``c`` is ``need[c] - free[c]``. The planner walks evictable
+device leaves in the cache's own eviction-priority order, takes a leaf only if it
+frees pages in a lane that still has a deficit, lets a parent whose children are
+all gone join the walk (as upstream's ``_promote_parent`` does) and stops as soon
+as every deficit is covered. It reads only Python attributes of upstream
+``TreeNode`` objects and :class:`~.metadata.CpHiCacheNodeMetadata`: no tensor is
+touched, so no host-device sync can happen here (the tests and the benchmark
+count tensor calls to prove it).
+
+Upstream rebuilds a heap over every evictable leaf on each ``evict`` call.
+:class:`LeafOrderIndex` keeps a persistent lazy heap instead: leaves are pushed
+when upstream's ``_update_leaf_status`` adds them to the cache's
+``evictable_leaves`` (a :class:`NotifyingLeafSet` on patched caches), stale entries are
+dropped when popped, and an entry whose priority grew since it was pushed is
+re-pushed with its current priority. That is exact for eviction strategies whose
+priorities never decrease (LRU, LFU, FIFO, priority, SLRU); for the others the
+planner builds the full heap like upstream. A plan therefore costs what it
+scans, not the number of evictable leaves.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
+
+# Strategies whose node priority never decreases over a node's life.
+MONOTONE_STRATEGIES = ("LRUStrategy", "LFUStrategy", "FIFOStrategy", "PriorityStrategy", "SLRUStrategy")
+
+
+def is_monotone(strategy) -> bool:
+    return any(klass.__name__ in MONOTONE_STRATEGIES for klass in type(strategy).__mro__)
+
+
+class NotifyingLeafSet(set):
+    """Upstream's ``evictable_leaves`` set, telling the index about every ``add``.
+
+    Installed only on page-interleaved HiRadixCaches (``state.py``); upstream
+    adds leaves in exactly one place (``RadixCache._update_leaf_status``).
+    """
+
+    __slots__ = ("on_add",)
+
+    def __init__(self, items=(), on_add=None):
+        super().__init__(items)
+        self.on_add = on_add
+
+    def add(self, node) -> None:
+        set.add(self, node)
+        if self.on_add is not None:
+            self.on_add(node)
+
+
+class LeafOrderIndex:
+    """Persistent lazy priority heap over a cache's evictable device leaves."""
+
+    COMPACT_SLACK = 1024
+
+    def __init__(self, evictable_leaves: set, get_priority: Callable, monotone: bool):
+        self.leaves = evictable_leaves  # upstream's own set (shared, not copied)
+        self.get_priority = get_priority
+        self.monotone = monotone
+        self._seq = itertools.count()
+        self._heap: list = []
+        self._queued: set = set()
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        self._heap = [(self.get_priority(n), next(self._seq), n) for n in self.leaves]
+        heapq.heapify(self._heap)
+        self._queued = set(self.leaves)
+
+    def note(self, node) -> None:
+        """Called when upstream adds ``node`` to ``evictable_leaves``."""
+        if node in self._queued or node not in self.leaves:
+            return
+        heapq.heappush(self._heap, (self.get_priority(node), next(self._seq), node))
+        self._queued.add(node)
+        if len(self._heap) > 2 * len(self.leaves) + self.COMPACT_SLACK:
+            self.rebuild()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def ordered(self, popped: list):
+        """Yield evictable leaves in priority order; every yielded entry goes to ``popped``.
+
+        The caller pushes back what it does not consume (:meth:`restore`), so an
+        abandoned plan leaves the index as it found it (minus stale entries).
+        """
+        heap = self._heap
+        get_priority = self.get_priority
+        while heap:
+            prio, seq, node = heap[0]
+            if node not in self.leaves:
+                heapq.heappop(heap)
+                self._queued.discard(node)
+                continue
+            current = get_priority(node)
+            if current != prio:
+                heapq.heapreplace(heap, (current, next(self._seq), node))
+                continue
+            heapq.heappop(heap)
+            popped.append((prio, seq, node))
+            yield node
+
+    def restore(self, entries: Sequence) -> None:
+        for entry in entries:
+            heapq.heappush(self._heap, entry)
+
+
+@dataclass
+class LanePlan:
+    """Outcome of planning: the leaves to evict, in eviction order."""
+
+    need: List[int]
+    free: List[int]
+    deficit: List[int]  # deficits before eviction
+    leaves: list = field(default_factory=list)
+    pages_per_lane: List[int] = field(default_factory=list)  # pages the chosen leaves free
+    remaining: List[int] = field(default_factory=list)  # deficits left uncovered
+    scanned: int = 0
+
+    @property
+    def covered(self) -> bool:
+        return not any(self.remaining)
+
+
+def lane_need(nodes: Sequence, shard_size: int) -> List[int]:
+    """Pages per owner class a load of ``nodes`` needs, summed from their metadata."""
+    need = [0] * shard_size
+    for node in nodes:
+        counts = md.get(node).owner_counts(shard_size)
+        for c in range(shard_size):
+            need[c] += counts[c]
+    return need
+
+
+def plan_owner_lane_eviction(
+    cache,
+    need: Sequence[int],
+    free: Sequence[int],
+    index: Optional[LeafOrderIndex],
+    shard_size: int,
+) -> LanePlan:
+    """Plan the evictions that cover every lane deficit, or report what stays uncovered.
+
+    Pure CPU: reads node attributes and metadata only; mutates nothing but the
+    index's heap order (entries it popped are handed back by the caller through
+    :func:`finish_plan`).
+    """
+    deficit = [max(0, need[c] - free[c]) for c in range(shard_size)]
+    plan = LanePlan(list(need), list(free), deficit, pages_per_lane=[0] * shard_size)
+    left = list(deficit)
+    outstanding = sum(1 for d in left if d > 0)
+    plan.remaining = left
+    if outstanding == 0:
+        return plan
+
+    get_priority = cache.eviction_strategy.get_priority
+    root = cache.root_node
+    chosen = set()
+    promoted: list = []  # local heap of parents that became device leaves in the plan
+    seq = itertools.count()
+    popped: list = []
+    if index is not None and index.monotone:
+        stream = index.ordered(popped)
+    else:
+        full = [(get_priority(n), next(seq), n) for n in cache.evictable_leaves]
+        heapq.heapify(full)
+        stream = (heapq.heappop(full)[2] for _ in range(len(full)))
+    plan._popped = popped
+    plan._index = index
+
+    try:
+        upcoming = next(stream, None)
+        while outstanding:
+            if promoted and (upcoming is None or promoted[0][0] <= get_priority(upcoming)):
+                node = heapq.heappop(promoted)[2]
+            elif upcoming is not None:
+                node = upcoming
+                upcoming = next(stream, None)
+            else:
+                break
+            plan.scanned += 1
+            if node.lock_ref > 0 or node.value is None or node in chosen:
+                continue
+            meta = md.get(node)
+            if meta is None:
+                continue  # not placed by this patch: cannot be counted without tensors
+            counts = meta.owner_counts(shard_size)
+            if not any(counts[c] and left[c] for c in range(shard_size)):
+                continue
+            chosen.add(node)
+            plan.leaves.append(node)
+            for c in range(shard_size):
+                pages = counts[c]
+                plan.pages_per_lane[c] += pages
+                if left[c]:
+                    left[c] = max(0, left[c] - pages)
+                    if left[c] == 0:
+                        outstanding -= 1
+            parent = node.parent
+            if parent is not root and parent is not None and parent.value is not None:
+                if all(ch.value is None or ch in chosen for ch in parent.children.values()):
+                    heapq.heappush(promoted, (get_priority(parent), next(seq), parent))
+    except BaseException:
+        if index is not None:
+            index.restore(popped)  # leave the index whole for the next plan
+        popped.clear()
+        raise
+    if not outstanding and len(plan.leaves) > 1:
+        _prune(plan, chosen, shard_size)
+    return plan
+
+
+def _prune(plan: LanePlan, chosen: set, shard_size: int) -> None:
+    """Drop leaves a later pick made redundant, most valuable (latest taken) first.
+
+    The walk takes a leaf when it frees a lane that is still short; a leaf taken
+    later for another lane can cover that lane too. Dropping such leaves keeps
+    every deficit covered and evicts only what some lane needs. A leaf whose
+    parent stays in the plan is kept (the parent can only go after it).
+    """
+    counts = {id(x): md.get(x).owner_counts(shard_size) for x in plan.leaves}
+    total = list(plan.pages_per_lane)
+    deficit = plan.deficit
+    kept = []
+    for leaf in reversed(plan.leaves):
+        c = counts[id(leaf)]
+        if leaf.parent not in chosen and all(
+            total[lane] - c[lane] >= deficit[lane] for lane in range(shard_size)
+        ):
+            chosen.discard(leaf)
+            for lane in range(shard_size):
+                total[lane] -= c[lane]
+            continue
+        kept.append(leaf)
+    kept.reverse()
+    plan.leaves = kept
+    plan.pages_per_lane = total
+
+
+def finish_plan(plan: LanePlan) -> None:
+    """Hand back to the index every entry the plan popped.
+
+    Entries of leaves that were evicted meanwhile are dropped lazily on a later
+    walk (they are no longer in upstream's ``evictable_leaves``), so the same call
+    serves an executed and an abandoned plan.
+    """
+    index = getattr(plan, "_index", None)
+    popped = getattr(plan, "_popped", None)
+    if index is None or not popped:
+        return
+    index.restore(popped)
+    popped.clear()

@@ -1,0 +1,40 @@
+"""Patch openai-abort-status: int-like abort status codes become proper errors.
+
+This folder owns the patch: the declaration below, its settings (``settings.py``) and its
+implementation (``hooks.py``: the one normalization and the hooks that apply it).
+Description and exit condition: ``patches/openai-abort-status.md``.
+"""
+
+from sglang_overlay.core.registry import Patch, Target
+from sglang_overlay.patches.openai_abort_status.settings import ABORT_HTTP_STATUS
+
+_HOOKS = "sglang_overlay.patches.openai_abort_status.hooks"
+
+PATCH = Patch(
+    id="openai-abort-status",
+    position=3,
+    title="Int-like abort status codes become proper errors on the OpenAI streaming and non-streaming paths",
+    description="openai-abort-status.md",
+    role="http",
+    targets=(
+        Target(
+            "sglang.srt.managers.tokenizer_manager",
+            "TokenizerManager._handle_abort_finish_reason",
+            f"{_HOOKS}:handle_abort_finish_reason",
+            "AROUND",
+        ),
+        Target(
+            "sglang.srt.entrypoints.openai.serving_chat",
+            "OpenAIServingChat._generate_chat_stream",
+            f"{_HOOKS}:stream_with_http_status",
+            "AROUND",
+        ),
+        Target(
+            "sglang.srt.entrypoints.openai.serving_completions",
+            "OpenAIServingCompletion._generate_completion_stream",
+            f"{_HOOKS}:stream_with_http_status",
+            "AROUND",
+        ),
+    ),
+    knobs=(ABORT_HTTP_STATUS,),
+)

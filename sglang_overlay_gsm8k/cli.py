@@ -1,0 +1,214 @@
+"""GSM8K accuracy through an OpenAI-compatible API, with a verdict: ``sglang-overlay gsm8k``.
+
+Runs the few-shot GSM8K check (the "Question: ...\\nAnswer: ..." format SGLang's own
+check uses; shots from the train split) against ``--base-url``, as completions or
+chat, ``--parallel`` requests at a time with retries, then prints a summary table,
+writes per-question JSONL, a summary JSON, a Markdown report and two PNGs under
+``--output``, and gates on ``--baseline`` / ``--min-accuracy``.
+
+Exit codes: 0 pass; 1 accuracy below ``--min-accuracy`` or more than
+``--tolerance`` under the baseline; 2 the run could not complete (more than
+``--max-error-rate`` of the questions failed, no server, no data, bad arguments).
+The reason is the last line printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sglang_overlay import __version__
+from sglang_overlay_gsm8k import data, prompts, report
+from sglang_overlay_gsm8k.client import ClientConfig, Outcome, Runner, RunnerError, api_root, discover_model
+
+DEFAULT_BASE_URL = "http://127.0.0.1:30000"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sglang-overlay gsm8k", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = p.add_argument_group("server")
+    g.add_argument("--base-url", default=DEFAULT_BASE_URL, help="OpenAI-compatible server (with or without /v1)")
+    g.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY when set)")
+    g.add_argument("--model", help="model id (default: the first id /v1/models lists)")
+    g = p.add_argument_group("prompting and sampling")
+    g.add_argument("--mode", choices=("completions", "chat"), default="completions")
+    g.add_argument("--num-shots", type=int, default=5, help="worked examples from the train split")
+    g.add_argument("--system-prompt", help="chat mode: a system message before the shots")
+    g.add_argument("--max-tokens", type=int, default=512)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--seed", type=int, help="request seed, and the --sample draw (default 0 there)")
+    g.add_argument("--stream", action="store_true", help="stream responses (SSE); measures time to first token")
+    g = p.add_argument_group("questions")
+    q = g.add_mutually_exclusive_group()
+    q.add_argument("--num-questions", type=int, help="the first N of the 1,319 test questions (default: all)")
+    q.add_argument("--sample", type=int, metavar="N", help="N test questions drawn with --seed")
+    g.add_argument("--data-dir", help="directory with test.jsonl and train.jsonl "
+                   f"(else ${data.ENV_DIR}, else {data.cache_dir()}, else a download)")
+    g.add_argument("--no-download", action="store_true", help="never fetch the dataset")
+    g = p.add_argument_group("load and failures")
+    g.add_argument("--parallel", type=int, default=64, help="concurrent requests")
+    g.add_argument("--timeout", type=float, default=600.0, help="per-request deadline, seconds")
+    g.add_argument("--max-retries", type=int, default=3, help="retries on 429/5xx/timeouts/connection errors")
+    g.add_argument("--retry-backoff", type=float, default=0.5, help="first backoff, seconds (doubles, jittered)")
+    g.add_argument("--give-up-after", type=int, default=20,
+                   help="after this many consecutive failed questions, skip the rest (0: never)")
+    g.add_argument("--max-error-rate", type=float, default=0.05,
+                   help="a run with more failed questions than this fraction is incomplete (exit 2)")
+    g = p.add_argument_group("output and gating")
+    g.add_argument("--output", metavar="DIR", help="write results.jsonl, summary.json, report.md, *.png here")
+    g.add_argument("--baseline", metavar="FILE", help="a previous summary.json to compare with")
+    g.add_argument("--tolerance", type=float, default=0.02, help="allowed absolute accuracy drop vs --baseline")
+    g.add_argument("--min-accuracy", type=float, help="fail below this accuracy")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    checks = [
+        (args.num_shots >= 0, "--num-shots must be >= 0"),
+        (args.max_tokens >= 1, "--max-tokens must be >= 1"),
+        (args.parallel >= 1, "--parallel must be >= 1"),
+        (args.timeout > 0, "--timeout must be > 0"),
+        (args.max_retries >= 0, "--max-retries must be >= 0"),
+        (args.retry_backoff >= 0, "--retry-backoff must be >= 0"),
+        (args.give_up_after >= 0, "--give-up-after must be >= 0"),
+        (0 <= args.max_error_rate <= 1, "--max-error-rate must be in [0, 1]"),
+        (args.tolerance >= 0, "--tolerance must be >= 0"),
+        (args.min_accuracy is None or 0 <= args.min_accuracy <= 1, "--min-accuracy must be in [0, 1]"),
+        (args.temperature >= 0, "--temperature must be >= 0"),
+        (args.system_prompt is None or args.mode == "chat", "--system-prompt needs --mode chat"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+
+
+def _progress(total: int, disable: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="gsm8k", unit="q", disable=disable, dynamic_ncols=True, file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | None]:
+    """Load, run, score; returns (summary, records, baseline). Raises ValueError/DataError/RunnerError."""
+    baseline = report.load_baseline(args.baseline) if args.baseline else None
+    data_dir, test, train = data.load(args.data_dir, allow_download=not args.no_download)
+    sample_seed = args.seed if args.seed is not None else 0
+    chosen = data.select(test, args.num_questions, args.sample, sample_seed)
+    if args.num_shots > len(train):
+        raise ValueError(f"--num-shots {args.num_shots}: the train split has {len(train)}")
+    shots = train[: args.num_shots]
+    by_index = {p.index: p for p in chosen}
+
+    if args.mode == "completions":
+        prefix = prompts.few_shot_prefix(shots)
+
+        def body_for(i: int) -> dict:
+            return {"prompt": prompts.completion_prompt(prefix, by_index[i])}
+    else:
+        def body_for(i: int) -> dict:
+            return {"messages": prompts.chat_messages(shots, by_index[i], args.system_prompt)}
+
+    cfg = ClientConfig(
+        base_url=args.base_url, mode=args.mode, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+        model=args.model, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
+        stop=prompts.STOP, stream=args.stream, parallel=args.parallel, timeout_s=args.timeout,
+        max_retries=args.max_retries, backoff_s=args.retry_backoff, give_up_after=args.give_up_after,
+    )
+    if not cfg.model:
+        cfg.model = asyncio.run(discover_model(cfg))
+    ids = [p.index for p in chosen]
+    selection = (f"sample of {args.sample} (seed {sample_seed})" if args.sample is not None
+                 else f"first {len(chosen)}")
+    config = {
+        "base_url": api_root(args.base_url), "model": cfg.model, "mode": args.mode, "stream": args.stream,
+        "num_shots": args.num_shots, "max_tokens": args.max_tokens, "temperature": args.temperature,
+        "seed": args.seed, "parallel": args.parallel, "timeout_s": args.timeout, "max_retries": args.max_retries,
+        "selection": selection,
+        "question_set": hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16],
+        "data_dir": str(data_dir), "data_sha256": data.sha256_file(data_dir / "test.jsonl"),
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "runner": f"sglang-overlay {__version__}",
+    }
+
+    records: dict[int, report.Record] = {}
+    bar = _progress(len(ids), args.no_progress)
+    tally = {"correct": 0, "errors": 0}
+
+    def on_done(out: Outcome) -> None:
+        rec = report.score(by_index[out.index], out)
+        records[out.index] = rec
+        tally["correct"] += rec.correct
+        tally["errors"] += rec.error is not None
+        bar.update(1)
+        bar.set_postfix(acc=f"{tally['correct'] / len(records):.3f}", errors=tally["errors"], refresh=False)
+
+    t0 = time.perf_counter()
+    interrupted = False
+    try:
+        asyncio.run(Runner(cfg, body_for).run(ids, on_done))
+    except KeyboardInterrupt:  # keep what was answered; the rest is recorded, not dropped
+        interrupted = True
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t0
+    for i in ids:
+        if i not in records:
+            records[i] = report.score(by_index[i], Outcome(i, error="interrupted",
+                                                           error_message="run interrupted (Ctrl-C) before an answer"))
+    ordered = [records[i] for i in ids]
+    summary = report.summarize(ordered, wall, config)
+    summary["interrupted"] = interrupted
+    return summary, ordered, baseline
+
+
+def write_outputs(out_dir: Path, summary: dict, records: list[report.Record], baseline: dict | None,
+                  verdict_line: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report.write_records(out_dir / "results.jsonl", records)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / "report.md").write_text(report.markdown(summary, records, verdict_line))
+    return [out_dir / "results.jsonl", out_dir / "summary.json", out_dir / "report.md",
+            *report.plot(out_dir, records, summary, baseline)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    console = Console(soft_wrap=True)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        _check_args(args)
+        if args.output:  # find an unwritable --output now, not after an hour of requests
+            try:
+                Path(args.output).mkdir(parents=True, exist_ok=True)
+                (Path(args.output) / ".write-test").touch()
+                (Path(args.output) / ".write-test").unlink()
+            except OSError as exc:
+                raise ValueError(f"--output {args.output}: not a writable directory ({exc})") from exc
+        summary, records, baseline = run(args)
+    except (ValueError, data.DataError, RunnerError) as exc:
+        print(f"sglang-overlay gsm8k: {exc}", flush=True)
+        return report.INCOMPLETE
+    code, reason = report.verdict(summary, baseline=baseline, tolerance=args.tolerance,
+                                  min_accuracy=args.min_accuracy, max_error_rate=args.max_error_rate)
+    summary["verdict"] = {"exit_code": code, "reason": reason}
+    report.print_table(summary, console)
+    if args.output:
+        written = write_outputs(Path(args.output), summary, records, baseline, reason)
+        console.print(f"wrote {', '.join(p.name for p in written)} to {args.output}")
+    print(reason, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

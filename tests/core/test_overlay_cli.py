@@ -1,0 +1,196 @@
+"""The sglang-overlay command as a user runs it from the shell, and the pin/lock checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from importlib.metadata import distribution
+from pathlib import Path
+
+import pytest
+
+from sglang_overlay.core import fingerprint, lockfile
+from tests.conftest import REPO
+from tests.support.proc import run_cli
+from tests.core.test_overlay_plugin import DEMO, DEMO_TARGET, demo_env, demo_lock  # noqa: F401 (fixture)
+
+
+def test_installed_upstream_matches_the_lock():
+    """Fails when the installed upstream is not what patches/upstream.lock records."""
+    proc = run_cli("lock", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pin = lockfile.read_pin()
+    assert distribution("sglang").version == pin.version
+
+
+def test_installed_target_modules_are_the_wheels_files():
+    """Each hooked module on disk has the sha256 the pinned wheel's RECORD says (no local edits)."""
+    import base64
+    import hashlib
+
+    dist = distribution("sglang")
+    record = {}
+    for line in dist.read_text("RECORD").splitlines():
+        name, digest, _ = line.rsplit(",", 2)
+        record[name] = digest
+    lock = lockfile.read_lock()
+    modules = {entry["module"] for entry in lock["targets"].values()} | {"sglang.srt.plugins.hook_registry"}
+    for module in modules:
+        member = fingerprint.module_file_in_wheel(module)
+        algo, _, expected = record[member].partition("=")
+        data = Path(dist.locate_file(member)).read_bytes()
+        got = base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode()
+        assert got == expected, f"{member} differs from the pinned wheel"
+
+
+def test_check_prints_the_table_and_passes():
+    proc = run_cli("check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK: every enabled patch would apply" in proc.stdout
+    assert "plugin discoverable: yes" in proc.stdout
+    for patch in json.loads(run_cli("check", "--json").stdout)["targets"]:
+        assert patch["fingerprint"] == "match"
+
+
+def test_check_says_when_sglang_plugins_would_skip_the_overlay():
+    proc = run_cli("check", SGLANG_PLUGINS="some_other_plugin")
+    assert proc.returncode == 1
+    assert "does not name 'sglang_overlay'" in proc.stdout and "skip the overlay silently" in proc.stdout
+    assert run_cli("check", SGLANG_PLUGINS="some_other_plugin,sglang_overlay").returncode == 0
+
+
+def test_check_reports_drift_per_target(demo_lock, tmp_path):
+    data = json.loads(demo_lock.read_text())
+    data["targets"][DEMO_TARGET]["fingerprint"] = "sha256:" + "3" * 64
+    lock = tmp_path / "drift.lock"
+    lock.write_text(json.dumps(data))
+    proc = run_cli("check", "--json", **demo_env(lock))
+    assert proc.returncode == 1
+    rows = {r["target"]: r for r in json.loads(proc.stdout)["targets"]}
+    assert rows[DEMO_TARGET]["fingerprint"] == "drift"
+    assert rows[DEMO_TARGET]["expected"] == "sha256:" + "3" * 64
+    # A disabled drifted patch does not block.
+    assert run_cli("check", **demo_env(lock, SGLANG_OVERLAY_DISABLE="demo-radix-key")).returncode == 0
+
+
+def test_launch_help_shows_overlay_and_sglang_options():
+    proc = run_cli("launch", "--help", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sglang-overlay launch: verifies the overlay" in proc.stdout
+    assert "--model-path" in proc.stdout
+
+
+def test_launch_refuses_when_the_overlay_would_be_skipped():
+    proc = run_cli("launch", "--model-path", "/nonexistent", SGLANG_PLUGINS="other")
+    assert proc.returncode == 2
+    assert "refusing to start a server the overlay would not patch" in proc.stderr
+
+
+def _wheel_from_installed(tmp_path: Path, edits: dict[str, tuple[str, str] | None]) -> Path:
+    """A small local sglang wheel: the installed target modules, some edited or left out."""
+    import sglang
+
+    root = Path(sglang.__file__).parent.parent
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for member in ("sglang/srt/mem_cache/radix_cache.py",):
+            if member in edits and edits[member] is None:
+                continue
+            text = (root / member).read_text()
+            if member in edits:
+                old, new = edits[member]
+                assert old in text
+                text = text.replace(old, new, 1)
+            zf.writestr(member, text)
+    return wheel
+
+
+def test_rebase_check_reports_unchanged_changed_and_missing(demo_lock, tmp_path):
+    env = demo_env(demo_lock)
+    (tmp_path / "a").mkdir()
+    same = _wheel_from_installed(tmp_path / "a", {})
+    proc = run_cli("rebase-check", "--wheel", str(same), "--json", **env)
+    rows = {r["target"]: r["status"] for r in json.loads(proc.stdout)["targets"]}
+    assert rows[DEMO_TARGET] == "unchanged"
+    (tmp_path / "b").mkdir()
+    changed = _wheel_from_installed(
+        tmp_path / "b",
+        {"sglang/srt/mem_cache/radix_cache.py": ("def page_aligned(self, page_size: int) -> RadixKey:\n",
+                                                 "def page_aligned(self, page_size: int) -> RadixKey:\n        page_size = max(page_size, 1)\n")},
+    )
+    proc = run_cli("rebase-check", "--wheel", str(changed), **env)
+    assert proc.returncode == 1
+    assert "changed" in proc.stdout
+    rows = {r["target"]: r["status"] for r in json.loads(run_cli("rebase-check", "--wheel", str(changed), "--json", **env).stdout)["targets"]}
+    assert rows[DEMO_TARGET] == "changed"
+    (tmp_path / "c").mkdir()
+    gone = _wheel_from_installed(tmp_path / "c", {"sglang/srt/mem_cache/radix_cache.py": None})
+    rows = {r["target"]: r["status"] for r in json.loads(run_cli("rebase-check", "--wheel", str(gone), "--json", **env).stdout)["targets"]}
+    assert rows[DEMO_TARGET] == "missing"
+
+
+def test_apply_script_reads_the_pin_from_the_lock():
+    out = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--print-pin"], capture_output=True, text=True, check=True).stdout
+    pin = lockfile.read_pin()
+    assert f"sglang=={pin.version} torch=={pin.torch} torchvision=={pin.torchvision}" in out
+    assert pin.wheel_sha256 in out
+
+
+def test_apply_script_refuses_unsupported_python_and_unknown_flags(tmp_path):
+    fake = tmp_path / "python-3.9"
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = -c ]; then case \"$2\" in *version_info*) echo 3.9; exit 0;; esac; fi\nexec python3 \"$@\"\n")
+    fake.chmod(0o755)
+    proc = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--python", str(fake), "--venv", str(tmp_path / "v")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Python 3.9 is not supported" in proc.stderr
+    assert not (tmp_path / "v").exists()
+    proc = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--bogus"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown argument '--bogus'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["debug-runbooks/cp-hicache.md", "bench-harness/run.py", "investigations/gsm8k.ledger.md",
+     "notes/gsm8k-investigation.ledger.md", "local-kernels/moe.cu", ".venv/bin/python", "x/__pycache__/a.pyc"],
+)
+def test_local_only_material_is_ignored(path):
+    assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 0, path
+
+
+@pytest.mark.parametrize("path", ["sglang_overlay/cli.py", "patches/upstream.lock", "scripts/apply_patches.sh"])
+def test_project_files_are_not_ignored(path):
+    assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 1, path
+
+
+def test_apply_script_refuses_a_conflicting_sglang_in_the_environment(tmp_path):
+    """An environment that already holds another sglang is refused before anything is installed."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "case \"$2\" in *version_info*) echo 3.11;; *metadata*) echo 0.5.19;; *) echo unexpected \"$@\" >&2; exit 9;; esac\n"
+    )
+    fake.chmod(0o755)
+    proc = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--venv", str(venv)], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "a conflicting sglang 0.5.19 is already installed" in proc.stderr
+    assert not (venv / ".sglang-overlay-incomplete").exists()
+
+
+def test_every_subpackage_ships_in_a_built_wheel(tmp_path):
+    """setup.py finds every package (a new patch folder needs no edit); patches/ ships as sglang_overlay.series."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                           "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wheel = next(tmp_path.glob("sglang_overlay-*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    on_disk = {p.relative_to(REPO).as_posix() for root in ("sglang_overlay", "sglang_overlay_gsm8k")
+               for p in (REPO / root).rglob("*.py") if "__pycache__" not in p.parts}
+    assert on_disk <= names, sorted(on_disk - names)
+    series = {f"sglang_overlay/series/{p.name}" for p in (REPO / "patches").iterdir()
+              if p.name in ("upstream.lock", "series") or p.suffix in (".md", ".patch")}
+    assert series and series <= names, sorted(series - names)

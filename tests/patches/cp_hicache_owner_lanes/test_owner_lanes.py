@@ -1,0 +1,475 @@
+"""cp-hicache-owner-lanes on upstream's real HiRadixCache, PageInterleavePoolAllocator,
+HiCacheController and host pool (CPU; only the copy engine is a stand-in)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import pytest
+
+pytest.importorskip("sglang.srt.mem_cache.hiradix_cache")
+
+import sglang_overlay  # noqa: E402
+from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md  # noqa: E402
+from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of  # noqa: E402
+from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import alloc_owner_classed  # noqa: E402
+from sglang_overlay.patches.cp_hicache_owner_lanes.state import state_of  # noqa: E402
+from tests.support import hicache_cpu as hc  # noqa: E402
+
+_TOKENS = itertools.count(10_000, 7)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def overlay():
+    sglang_overlay.apply()
+    from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
+
+    assert hasattr(HiRadixCache.load_back, "__wrapped__"), "patch not applied"
+
+
+def fresh(n_tokens):
+    start = next(_TOKENS) * 1000
+    return list(range(start, start + n_tokens))
+
+
+def free_counts(cache):
+    return cache.token_to_kv_pool_allocator.class_free_page_counts()
+
+
+def leaf_chain(cache, base, pages=1):
+    """Insert a `pages`-page chain whose first page is in class `base`; returns its node."""
+    ps = cache.page_size
+    toks = fresh(pages * ps)
+    new, b = hc.alloc_chain(cache, 0, len(toks), base)
+    assert new is not None
+    hc.write_rows(cache, new, toks)
+    cache.insert(hc.InsertParams(key=hc.key_of(toks), value=new.clone(), rotation_base=b))
+    hc.settle(cache)
+    return hc.path_nodes(cache, toks)[-1][0]
+
+
+def evicted_target(cache, pages):
+    """A chain of `pages` pages (base 0) that is evicted to host; returns its tokens."""
+    toks = fresh(pages * cache.page_size)
+    hc.prefill(cache, toks)
+    node = hc.path_nodes(cache, toks)[-1][0]
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    evict_planned(cache, [node])
+    hc.settle(cache)
+    assert node.evicted and node.backuped
+    return toks
+
+
+def deficit_tree(cache, short_lane, spare=2, short_last=False):
+    """Fill the pool with one-page leaves until `short_lane` has no free page and
+    every other lane keeps `spare` free pages. Lanes interleave in LRU order, or
+    (``short_last``) the short lane's leaves are the most recently used."""
+    n = cache.token_to_kv_pool_allocator.shard_size
+    leaves = {c: [] for c in range(n)}
+    rounds = [[c for c in range(n) if c != short_lane], [short_lane]] if short_last else [range(n)]
+    for lanes in rounds:
+        progress = True
+        while progress:
+            progress = False
+            for c in lanes:
+                target = 0 if c == short_lane else spare
+                if free_counts(cache)[c] > target:
+                    leaves[c].append(leaf_chain(cache, c))
+                    progress = True
+    return leaves
+
+
+def load(cache, toks):
+    match = cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(toks)))
+    indices, last = cache.init_load_back(
+        hc.InitLoadBackParams(best_match_node=match.best_match_node, host_hit_length=match.host_hit_length)
+    )
+    hc.settle(cache)
+    return indices, last
+
+
+def assert_reloaded(cache, toks):
+    n = cache.token_to_kv_pool_allocator.shard_size
+    ps = cache.page_size
+    nodes = hc.path_nodes(cache, toks)
+    assert sum(len(x.key) for x, _ in nodes) == len(toks)
+    for node, off in nodes:
+        assert not node.evicted
+        meta = md.get(node)
+        assert meta.owner_counts() == hc.oracle_owner_counts(node, n, ps)
+        assert meta.first_owner == hc.oracle_first_owner(node, n, ps)
+        assert meta.start_page == off // ps and meta.num_pages == len(node.key) // ps
+        assert hc.rows_match(cache, node.value, toks[off : off + len(node.key)])
+
+
+# --------------------------------------------------------------------------- lane deficit
+
+
+@pytest.mark.parametrize("need_sort", [False, True])
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+@pytest.mark.representative
+def test_lane_deficit_patch_evicts_only_short_lane(policy, need_sort):
+    cache = hc.build_cpu_hicache(4, 4, 6, write_policy=policy, need_sort=need_sort)
+    cache.token_to_kv_pool_allocator.debug_mode = True  # upstream's own congruence/uniqueness checks
+    target = evicted_target(cache, 4)  # one page in every lane
+    short = 2
+    leaves = deficit_tree(cache, short, short_last=True)
+    free = free_counts(cache)
+    assert free[short] == 0 and sum(free) >= 4  # aggregate is enough, one class empty
+    resident_before = {c: [x for x in ls if not x.evicted] for c, ls in leaves.items()}
+
+    indices, _ = load(cache, target)
+
+    assert len(indices) == len(target)
+    assert_reloaded(cache, target)
+    evicted = [x for ls in leaves.values() for x in ls if x.evicted or x.parent is None]
+    assert evicted == [resident_before[short][0]]  # the oldest leaf of the short lane, only
+    c = counters_of(cache)
+    assert c.load_backs == 1 and c.leaves_evicted == 1
+    assert c.pages_evicted_per_lane == [0, 0, 1, 0]
+    cache.token_to_kv_pool_allocator.debug_check_classes()
+
+
+@pytest.mark.representative
+def test_lane_deficit_upstream_fails_or_over_evicts():
+    """Upstream's load_back cannot allocate on this allocator at all; its fallback
+    (evict(num_tokens) by LRU) frees the wrong lanes."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+    from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
+
+    upstream_load_back = HiRadixCache.load_back.__wrapped__
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)
+    deficit_tree(cache, short_lane=2, short_last=True)
+    node = cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(target))).best_match_node
+    with pytest.raises(NotImplementedError):
+        upstream_load_back(cache, node)
+    # Upstream's own cleanup never ran: the raise left the host protection and
+    # the ancestor lock behind (shown, then undone for the rest of the check).
+    assert node.host_ref_counter == 1
+    node.release_host()
+    cache.dec_lock_ref(cache.root_node)
+
+    # The fallback upstream would take: evict(len(host_indices)) by LRU.
+    before = free_counts(cache)
+    cache.evict(EvictParams(num_tokens=len(target)))
+    hc.settle(cache)
+    after = free_counts(cache)
+    assert after[2] == before[2] == 0  # the short lane is still empty
+    assert sum(after) - sum(before) >= 4  # while other lanes were freed
+    assert alloc_owner_classed(cache.token_to_kv_pool_allocator, [md.get(node)]) is None
+
+
+def test_locked_and_non_deficit_leaves_skipped():
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)
+    leaves = deficit_tree(cache, short_lane=1)
+    oldest, second = leaves[1][0], leaves[1][1]
+    cache.inc_lock_ref(oldest)
+    others = [x for c, ls in leaves.items() if c != 1 for x in ls]
+
+    indices, _ = load(cache, target)
+
+    assert len(indices) == len(target)
+    assert not oldest.evicted and oldest.parent is not None  # locked: kept
+    assert second.evicted or second.parent is None  # next in LRU order of the short lane
+    assert all(not x.evicted and x.parent is not None for x in others)  # non-deficit lanes kept
+    assert counters_of(cache).leaves_scanned >= 2
+    cache.dec_lock_ref(oldest)
+    assert_reloaded(cache, target)
+
+
+@pytest.mark.representative
+def test_impossible_deficit_refused_cleanly(caplog):
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)
+    leaves = deficit_tree(cache, short_lane=3)
+    for x in leaves[3]:
+        cache.inc_lock_ref(x)
+    node = cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(target))).best_match_node
+
+    def snapshot():
+        return (
+            free_counts(cache),
+            cache.evictable_size_,
+            cache.protected_size_,
+            cache.cache_controller.mem_pool_host.available_size(),
+            len(cache.evictable_leaves),
+        )
+
+    before = snapshot()
+    with caplog.at_level(logging.WARNING, logger="sglang_overlay.patches.cp_hicache_owner_lanes"):
+        indices, last = cache.init_load_back(
+            hc.InitLoadBackParams(best_match_node=node, host_hit_length=len(target))
+        )
+    assert len(indices) == 0 and last is cache.root_node  # a cache miss
+    assert snapshot() == before  # nothing evicted, no page or lock leaked
+    assert node.host_ref_counter == 0 and node.evicted and node.backuped
+    assert cache.root_node.lock_ref == 1
+    assert not cache.cache_controller.load_queue
+    warnings = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert len(warnings) == 1
+    msg = warnings[0].getMessage()
+    assert f"node {node.id}" in msg and "need=[1,1,1,1]" in msg and "deficit=[0,0,0,1]" in msg
+    c = counters_of(cache)
+    assert c.refused == 1 and c.warnings == {"deficit_remains": 1} and c.leaves_evicted == 0
+    for x in leaves[3]:
+        cache.dec_lock_ref(x)
+    cache.token_to_kv_pool_allocator.debug_check_classes()
+
+
+def test_no_logging_on_a_normal_load_back(caplog):
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)
+    deficit_tree(cache, short_lane=0)
+    with caplog.at_level(logging.DEBUG, logger="sglang_overlay"):
+        load(cache, target)
+    assert [r for r in caplog.records if r.name.startswith("sglang_overlay")] == []
+
+
+def test_slow_plan_warning_threshold(caplog, monkeypatch):
+    monkeypatch.setenv("SGLANG_OVERLAY_OWNER_LANE_SLOW_PLAN_MS", "0")
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)
+    deficit_tree(cache, short_lane=0)
+    with caplog.at_level(logging.WARNING, logger="sglang_overlay.patches.cp_hicache_owner_lanes"):
+        load(cache, target)
+    slow = [r for r in caplog.records if "planning for node" in r.getMessage()]
+    assert len(slow) == 1 and "need=[1,1,1,1]" in slow[0].getMessage()
+    assert counters_of(cache).warnings == {"slow_plan": 1}
+
+
+# --------------------------------------------------------------------------- metadata vs oracle
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("shard_size", [2, 4, 8])
+@pytest.mark.representative
+def test_split_backed_and_reloaded_metadata(shard_size, page_size, policy):
+    n, ps = shard_size, page_size
+    cache = hc.build_cpu_hicache(n, ps, 12, write_policy=policy, layers=1, heads=1, head_dim=2)
+    pages = n + 3 + (8 if ps == 1 else 0)  # not a multiple of N; >= load_back_threshold tokens
+    target = evicted_target(cache, pages)
+    node = hc.path_nodes(cache, target)[0][0]
+    meta = md.get(node)
+    # backed-only: metadata kept though the device indices are gone
+    assert node.value is None and meta.num_pages == pages and meta.start_page == 0
+    # split the host-only node by matching a shorter prefix
+    cut = 3 * ps
+    cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(target[:cut])))
+    halves = hc.path_nodes(cache, target)
+    assert [len(x.key) for x, _ in halves] == [cut, len(target) - cut]
+    left, right = md.get(halves[0][0]), md.get(halves[1][0])
+    assert (left.first_owner, left.num_pages) == (meta.first_owner, 3)
+    assert (right.first_owner, right.start_page) == ((meta.first_owner + 3) % n, 3)
+    assert tuple(a + b for a, b in zip(left.owner_counts(), right.owner_counts())) == meta.owner_counts()
+    # reload both halves into a pool whose lanes are full: planning must make room
+    deficit_tree(cache, short_lane=n - 1, spare=1)
+    indices, _ = load(cache, target)
+    assert len(indices) == len(target)
+    assert_reloaded(cache, target)
+    # split a resident node: both halves still equal the oracle
+    cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(target[: cut + ps])))
+    assert_reloaded(cache, target)
+    cache.token_to_kv_pool_allocator.debug_check_classes()
+
+
+def test_extension_of_a_chain_continues_its_rotation():
+    """rotation_base_of answers from metadata, so an extension lands on the right owners."""
+    cache = hc.build_cpu_hicache(4, 16, 8)
+    toks = fresh(3 * 16)
+    hc.prefill(cache, toks)
+    longer = toks + fresh(5 * 16)
+    hc.prefill(cache, longer)
+    nodes = hc.path_nodes(cache, longer)
+    assert len(nodes) == 2
+    for node, off in nodes:
+        assert md.get(node).first_owner == hc.oracle_first_owner(node, 4, 16)
+        assert md.get(node).owner_counts() == hc.oracle_owner_counts(node, 4, 16)
+        assert md.get(node).rotation_base == md.get(nodes[0][0]).rotation_base
+
+
+def test_insert_without_rotation_base_uses_request_base_or_continuation():
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    toks = fresh(4 * 4)
+    new, base = hc.alloc_chain(cache, 0, len(toks), 3)
+    cache.insert(InsertParams(key=hc.key_of(toks), value=new.clone(), rotation_base=base))
+    # extension inserted with no base: continues the parent's phase
+    ext = toks + fresh(2 * 4)
+    more, _ = hc.alloc_chain(cache, len(toks), len(ext), base)
+    cache.insert(InsertParams(key=hc.key_of(ext), value=hc.torch.cat([new, more]).clone()))
+    child = hc.path_nodes(cache, ext)[-1][0]
+    assert md.get(child).first_owner == hc.oracle_first_owner(child, 4, 4)
+    assert md.get(child).start_page == 4
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+def test_not_page_interleaved_keeps_upstream(page_size, policy):
+    """N = 1 (upstream's paged allocator): no state, no metadata, upstream load_back runs."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    cache = hc.build_cpu_hicache(1, page_size, 32, write_policy=policy, layers=1, heads=1, head_dim=2)
+    toks = fresh(16 * page_size)
+    hc.prefill(cache, toks)
+    node = hc.path_nodes(cache, toks)[-1][0]
+    cache.evict(EvictParams(num_tokens=len(toks)))
+    hc.settle(cache)
+    assert node.evicted and node.backuped
+    indices, _ = load(cache, toks)
+    assert len(indices) == len(toks) and hc.rows_match(cache, node.value, toks)
+    assert state_of(cache) is None and counters_of(cache) is None
+    assert all(md.get(x) is None for x in hc.all_nodes(cache))
+
+
+@pytest.mark.representative
+def test_plain_radix_cache_untouched():
+    """The RadixCache-level hooks (leaf status, cache_*_req) leave other caches alone."""
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.radix_cache import RadixCache
+
+    cache = RadixCache.create_simulated(page_size=1)
+    cache.insert(InsertParams(key=hc.key_of([1, 2, 3])))
+    cache.insert(InsertParams(key=hc.key_of([1, 2, 4, 5])))
+    assert len(cache.evictable_leaves) == 2  # leaf status still upstream's
+    leaf = next(iter(cache.evictable_leaves))
+    cache.inc_lock_ref(leaf)
+    assert leaf not in cache.evictable_leaves
+    cache.dec_lock_ref(leaf)
+    assert leaf in cache.evictable_leaves
+    assert not cache.__dict__.get("_cp_owner_lanes")
+    assert cache.rotation_base_of(cache.root_node) is None
+
+
+def test_counters_reach_prometheus_with_metrics_enabled():
+    from prometheus_client import REGISTRY
+
+    cache = hc.build_cpu_hicache(4, 4, 6, enable_metrics=True)
+    assert cache.metrics_collector is not None
+    target = evicted_target(cache, 4)
+    deficit_tree(cache, short_lane=1, short_last=True)
+    labels = dict(cache.metrics_collector.labels)
+
+    def sample(name, **extra):
+        return REGISTRY.get_sample_value(name, {**labels, **extra}) or 0.0
+
+    before = sample("sglang:cp_owner_lane_evicted_pages_total", lane="1")
+    before0 = sample("sglang:cp_owner_lane_evicted_pages_total", lane="0")
+    loads = sample("sglang:cp_owner_lane_load_backs_total", outcome="loaded")
+    load(cache, target)
+    assert sample("sglang:cp_owner_lane_evicted_pages_total", lane="1") == before + 1
+    assert sample("sglang:cp_owner_lane_evicted_pages_total", lane="0") == before0
+    assert sample("sglang:cp_owner_lane_load_backs_total", outcome="loaded") == loads + 1
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_parent_that_becomes_a_leaf_joins_the_walk(policy):
+    """Lane 0 can only be covered by evicting a leaf and then its parent."""
+    cache = hc.build_cpu_hicache(4, 4, 4, write_policy=policy)
+    target = evicted_target(cache, 8)  # two pages in every lane
+    prompt = fresh(4 * 4)  # lanes 0,1,2,3
+    hc.prefill(cache, prompt)
+    leaf_toks = prompt + fresh(4)  # position-page 4: lane 0
+    hc.prefill(cache, leaf_toks)
+    parent, leaf = [x for x, _ in hc.path_nodes(cache, leaf_toks)]
+    locked = [leaf_chain(cache, 0), leaf_chain(cache, 0)]
+    for x in locked:
+        cache.inc_lock_ref(x)
+    fillers = deficit_tree(cache, short_lane=0, spare=0)
+    assert free_counts(cache) == [0, 0, 0, 0]
+
+    indices, _ = load(cache, target)
+
+    assert len(indices) == len(target)
+    assert leaf.evicted or leaf.parent is None
+    assert parent.evicted
+    assert all(not x.evicted for x in locked)
+    assert sum(x.evicted or x.parent is None for ls in fillers.values() for x in ls) == 3
+    assert counters_of(cache).pages_evicted_per_lane == [2, 2, 2, 2]
+    for x in locked:
+        cache.dec_lock_ref(x)
+    assert_reloaded(cache, target)
+
+
+def test_suffix_load_back_under_resident_prefix_keeps_rotation():
+    """A host suffix below a resident prefix comes back on the chain's rotation
+    (upstream's debug congruence check in alloc_extend runs on it)."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    alloc = cache.token_to_kv_pool_allocator
+    alloc.debug_mode = True
+    toks = fresh(3 * 4) + fresh(6 * 4)
+    hc.prefill(cache, toks[:12])
+    hc.prefill(cache, toks)
+    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
+    evict_planned(cache, [suffix])
+    hc.settle(cache)
+    assert suffix.evicted and not prefix.evicted
+    deficit_tree(cache, short_lane=2, spare=0)
+    indices, _ = load(cache, toks)
+    assert len(indices) == 6 * 4
+    assert_reloaded(cache, toks)
+    assert md.get(suffix).rotation_base == md.get(prefix).rotation_base
+
+
+def test_cache_finished_req_carries_the_request_rotation_base():
+    """Upstream's cache_finished_req builds InsertParams without rotation_base; the
+    patch hands the request's kv_rotation_base to the insert."""
+    from array import array
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    cache.req_to_token_pool = ReqToTokenPool(4, 256, "cpu", False)
+    alloc = cache.token_to_kv_pool_allocator
+    # make the least-full guess differ from the base the request really used
+    leaf_chain(cache, 0)
+    leaf_chain(cache, 0)
+    toks = fresh(5 * 4)
+    base = 2
+    assert alloc.least_full_class() != base
+    new, _ = hc.alloc_chain(cache, 0, len(toks), base)
+    cache.req_to_token_pool.req_to_token[0, : len(toks)] = new.to(torch.int32)
+    req = SimpleNamespace(
+        origin_input_ids=array("q", toks), output_ids=array("q"), extra_key=None, cache_salt=None, priority=0,
+        kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0), last_node=None,
+        kv_rotation_base=base,
+    )
+    cache.cache_finished_req(req, kv_len_to_handle=len(toks))
+    node = hc.path_nodes(cache, toks)[-1][0]
+    assert md.get(node).first_owner == hc.oracle_first_owner(node, 4, 4) == base
+    assert md.get(node).owner_counts() == hc.oracle_owner_counts(node, 4, 4)
+    assert cache.rotation_base_of(node) == base
+
+
+def test_failure_inside_load_back_releases_everything(monkeypatch):
+    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)
+    deficit_tree(cache, short_lane=2)
+    node = cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(target))).best_match_node
+    index_size = len(state_of(cache).index)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("allocator exploded")
+
+    monkeypatch.setattr(lb, "alloc_owner_classed", broken)
+    with pytest.raises(RuntimeError, match="allocator exploded"):
+        cache.load_back(node)
+    assert node.host_ref_counter == 0 and node.evicted
+    assert cache.root_node.lock_ref == 1
+    assert all(x.lock_ref >= 0 for x in hc.all_nodes(cache))
+    assert len(state_of(cache).index) <= index_size
+    monkeypatch.undo()
+    indices, _ = load(cache, target)  # and the cache still works
+    assert len(indices) == len(target)
+    assert_reloaded(cache, target)

@@ -1,0 +1,188 @@
+"""Compute-padding layouts (patch moe-cp-compaction): properties and both producers."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sglang_overlay.patches.moe_cp_compaction.layout import (
+    ComputePaddingLayout,
+    LayoutError,
+    attach_layout,
+    cp_padding_layout,
+    lane_slot_layout,
+    lane_slot_tokens,
+    layout_of,
+)
+
+CP_SIZES = st.sampled_from([1, 2, 3, 4, 8])
+BATCHES = st.lists(st.integers(min_value=0, max_value=300), min_size=0, max_size=64)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lens=BATCHES, n=CP_SIZES)
+def test_lane_slot_rows_map_one_to_one_onto_the_batch_tokens(lens, n):
+    layouts = [lane_slot_layout(lens, n, r) for r in range(n)]
+    tokens = [lane_slot_tokens(lens, n, r) for r in range(n)]
+    # every rank has the same number of rows: sum of ceil(L_i / N)
+    expected_rows = sum(-(-length // n) for length in lens)
+    assert {layout.num_rows for layout in layouts} == {expected_rows}
+    # the layout's valid rows are exactly the rows that hold a token
+    for layout, tok in zip(layouts, tokens):
+        assert torch.equal(layout.row_indices(), torch.nonzero(tok >= 0).flatten())
+        assert layout.num_valid == int((tok >= 0).sum())
+    # over all ranks, valid rows <-> batch tokens is a bijection (no overlap, nothing lost)
+    held = torch.cat([tok[layout.row_indices()] for layout, tok in zip(layouts, tokens)])
+    assert torch.equal(torch.sort(held).values, torch.arange(sum(lens)))
+    # a token sits in lane t mod N of its request, valid slots before dummy slots
+    starts = torch.cumsum(torch.tensor([0] + lens), 0)
+    for r, tok in enumerate(tokens):
+        row = 0
+        for i, length in enumerate(lens):
+            slots = tok[row : row + -(-length // n)]
+            valid = slots[slots >= 0]
+            assert torch.equal(valid, starts[i] + r + n * torch.arange(valid.numel()))
+            assert bool((slots[valid.numel() :] == -1).all())
+            row += slots.numel()
+
+
+@settings(max_examples=100, deadline=None)
+@given(lens=BATCHES, n=CP_SIZES)
+def test_all_valid_batch_is_the_identity(lens, n):
+    layouts = [lane_slot_layout(lens, n, r) for r in range(n)]
+    if all(length % n == 0 for length in lens):
+        assert not any(layout.has_dummy_rows for layout in layouts)
+        assert all(layout.num_valid == layout.num_rows for layout in layouts)
+    else:  # the last lane misses a token of every request whose length N does not divide
+        assert layouts[n - 1].has_dummy_rows
+
+
+def test_lane_slot_diagram_of_the_module_docstring():
+    assert lane_slot_tokens([5, 2, 3], 2, 0).tolist() == [0, 2, 4, 5, 7, 9]
+    assert lane_slot_tokens([5, 2, 3], 2, 1).tolist() == [1, 3, -1, 6, 8, -1]
+    assert lane_slot_layout([5, 2, 3], 2, 1).row_indices().tolist() == [0, 1, 3, 4]
+
+
+def test_lane_slot_extra_rows_and_bad_input():
+    layout = lane_slot_layout([4], 2, 0, num_rows=4)  # aligned up with trailing dummies
+    assert (layout.num_rows, layout.row_indices().tolist()) == (4, [0, 1])
+    with pytest.raises(LayoutError):
+        lane_slot_layout([4], 2, 0, num_rows=1)
+    with pytest.raises(LayoutError):
+        lane_slot_layout([3, -1], 2, 0)
+    with pytest.raises(LayoutError):
+        lane_slot_layout([3], 2, 2)
+    with pytest.raises(LayoutError):
+        ComputePaddingLayout(3, torch.tensor([1, 1]), "test")
+    with pytest.raises(LayoutError):
+        ComputePaddingLayout(3, torch.tensor([0, 3]), "test")
+    with pytest.raises(LayoutError):
+        attach_layout(object(), [0, 1])
+
+
+def test_device_tensors_are_prepared_once_per_device():
+    layout = lane_slot_layout([5, 2, 3], 2, 1)
+    index, count = layout.device_tensors(torch.device("cpu"))
+    again = layout.device_tensors("cpu")
+    assert again[0] is index and again[1] is count
+    assert layout.materializations == 1
+    assert index.dtype == torch.int64 and index.tolist() == [0, 1, 3, 4]
+    assert count.dtype == torch.int32 and count.shape == () and int(count) == 4
+
+
+# ----------------------------------------------------------------- upstream's CP padding
+
+
+@pytest.fixture(scope="module")
+def cp():
+    from tests.support.runtime import publish_cpu_runtime
+
+    publish_cpu_runtime()
+    from sglang.srt.layers.cp.interleave import InterleaveCPStrategy
+    from sglang.srt.layers.cp.padding import pad_logical_token_to_physical
+    from sglang.srt.layers.cp.zigzag import ZigzagCPStrategy
+    from sglang.srt.runtime_context import get_parallel
+
+    return dict(
+        strategies=(InterleaveCPStrategy, ZigzagCPStrategy),
+        pad=pad_logical_token_to_physical,
+        parallel=get_parallel,
+    )
+
+
+@pytest.mark.parametrize("lens", [[7, 9, 2], [16], [40, 8, 8, 1]])
+@pytest.mark.parametrize("n", [2, 4])
+def test_cp_padding_layout_from_upstream_metadata(cp, lens, n):
+    """Upstream pads each rank's rows at the end: the layout keeps the logical rows."""
+    from types import SimpleNamespace
+
+    for strategy_cls in cp["strategies"]:
+        with cp["parallel"]().override(attn_cp_size=n, attn_cp_rank=0):
+            metadata = strategy_cls(cp_size=n).build_metadata(sum(lens), lens, lens)
+            cp["pad"](metadata)
+        for r in range(n):
+            layout = cp_padding_layout(metadata, r)
+            assert layout.num_rows == metadata.per_rank_actual_token[r]
+            assert layout.row_indices().tolist() == list(range(metadata.per_rank_logical_token[r]))
+            batch = SimpleNamespace(attn_cp_metadata=metadata)
+            with cp["parallel"]().override(attn_cp_rank=r):
+                first = layout_of(batch)
+                assert layout_of(batch) is first  # cached for every later MoE layer
+            assert first.row_indices().tolist() == layout.row_indices().tolist()
+
+
+def test_layout_of_follows_the_metadata_and_prefers_an_attached_layout(cp):
+    from types import SimpleNamespace
+
+    metadata = SimpleNamespace(per_rank_actual_token=[4, 4], per_rank_logical_token=[3, 2])
+    batch = SimpleNamespace(attn_cp_metadata=metadata)
+    with cp["parallel"]().override(attn_cp_rank=1):
+        assert layout_of(batch).row_indices().tolist() == [0, 1]
+        # a breakable-graph replay widens the physical rows on the same metadata
+        metadata.per_rank_actual_token = [6, 6]
+        widened = layout_of(batch)
+        assert (widened.num_rows, widened.num_valid) == (6, 2)
+        attached = lane_slot_layout([3, 3], 2, 1)
+        attach_layout(batch, attached)
+        assert layout_of(batch) is attached
+    assert layout_of(SimpleNamespace(attn_cp_metadata=None)) is None
+    same = SimpleNamespace(per_rank_actual_token=[4, 4], per_rank_logical_token=[4, 4])
+    assert not cp_padding_layout(same, 0).has_dummy_rows
+    with pytest.raises(LayoutError):
+        cp_padding_layout(SimpleNamespace(per_rank_actual_token=[2], per_rank_logical_token=[3]), 0)
+
+
+# ----------------------------------------------------------------- the bug, shown on upstream's mask
+
+
+def _rows_upstream_lets_through(layout):
+    """Rows whose top-k ids survive upstream's suffix mask with num_token_non_padded
+    = this rank's valid count (the mask its CUDA top-k kernels apply). The ids are
+    a column-major view so that upstream takes its eager branch (its Triton branch
+    needs a GPU driver)."""
+    from tests.support.runtime import publish_cpu_runtime
+
+    publish_cpu_runtime()
+    from sglang.srt.layers.moe.topk import _mask_topk_ids_padded_region
+
+    topk_ids = torch.arange(layout.num_rows, dtype=torch.int32).repeat(4, 1).t()
+    assert topk_ids.stride(1) != 1
+    _mask_topk_ids_padded_region(topk_ids, torch.tensor(layout.num_valid, dtype=torch.int32))
+    return torch.nonzero(topk_ids[:, 0] != -1).flatten().tolist()
+
+
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="upstream's suffix mask drops valid lane-slot rows and admits dummy ones",
+)
+def test_upstream_suffix_mask_keeps_exactly_the_valid_lane_slot_rows():
+    layout = lane_slot_layout([5, 2, 3], 2, 1)
+    assert _rows_upstream_lets_through(layout) == layout.row_indices().tolist()
+
+
+def test_upstream_suffix_mask_on_lane_slots_drops_valid_rows_and_admits_dummy_rows():
+    layout = lane_slot_layout([5, 2, 3], 2, 1)
+    through = set(_rows_upstream_lets_through(layout))
+    valid = set(layout.row_indices().tolist())
+    assert valid - through == {4}  # c1, a valid row, masked out
+    assert through - valid == {2}  # A's dummy slot let into top-k

@@ -1,0 +1,436 @@
+"""openai-abort-status over real HTTP: upstream's OpenAI routes and handlers, a scripted model.
+
+Three servers (one per configuration, shared by every case of it):
+* ``patched``: the overlay through the plugin path, defaults;
+* ``in_band``: the same with ``SGLANG_OVERLAY_ABORT_HTTP_STATUS=0``;
+* ``upstream``: ``SGLANG_OVERLAY_DISABLE=openai-abort-status`` (0.5.20 as shipped).
+Every abort code of the issue is sent through chat and completions, streaming
+(before and after the first chunk) and non-streaming, with raw httpx reads and
+with the ``openai`` client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from http import HTTPStatus
+
+import httpx
+import openai
+import pytest
+
+from tests.support.abort_scripts import EXPECTED_STATUS
+from tests.support.scripted_server import serve_openai
+
+SCRIPT = "tests.support.abort_scripts:dispatch"
+KEYS = sorted(EXPECTED_STATUS)
+ENDPOINTS = ("chat", "completions")
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def body_for(endpoint: str, prompt: str, *, stream: bool, **extra) -> dict:
+    body = {"model": "scripted-model", "stream": stream, **extra}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+def sse_payloads(text: str) -> list:
+    """The ``data:`` payloads of an SSE body, JSON-decoded ("[DONE]" kept as is)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def call(client: httpx.Client, endpoint: str, key: str, *, after: int, stream: bool, via: str = "output", **extra):
+    prompt = f"abort={key} after={after} via={via}"
+    return client.post(PATHS[endpoint], json=body_for(endpoint, prompt, stream=stream, **extra))
+
+
+def ok_stream(base_url: str, endpoint: str, key: str, after: int, via: str = "output") -> list:
+    """POST a streaming request that must answer HTTP 200 with a well-formed SSE stream."""
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        r = call(client, endpoint, key, after=after, stream=True, via=via)
+    assert r.status_code == 200, r.text
+    payloads = sse_payloads(r.text)
+    check_well_formed_stream(payloads)
+    return payloads
+
+
+def error_body(key: str) -> dict:
+    """The OpenAI error object the patched server answers with an HTTP error status."""
+    status, _ = EXPECTED_STATUS[key]
+    return {"object": "error", "type": str(status.value), "param": None, "code": status.value}
+
+
+def check_message(message: str, key: str) -> None:
+    assert message.startswith(f"scripted abort {key}")
+    shown = EXPECTED_STATUS[key][1]
+    if shown is not None:
+        assert f"abort status_code {shown} is not an HTTP error status; reported as 500" in message
+
+
+def finish_reasons(payloads: list) -> list:
+    return [c["finish_reason"] for p in payloads if isinstance(p, dict) for c in p.get("choices", []) if c.get("finish_reason")]
+
+
+def errors(payloads: list) -> list:
+    return [p["error"] for p in payloads if isinstance(p, dict) and "error" in p]
+
+
+def streamed_text(payloads: list) -> str:
+    text = ""
+    for p in payloads:
+        for c in p.get("choices", []) if isinstance(p, dict) else []:
+            text += c.get("text") or (c.get("delta") or {}).get("content") or ""
+    return text
+
+
+def check_well_formed_stream(payloads: list) -> None:
+    assert payloads and payloads[-1] == "[DONE]"
+    assert payloads.count("[DONE]") == 1
+
+
+def check_clean(server) -> None:
+    stats = server.wait_idle()
+    assert stats["live_request_states"] == 0, stats
+    assert stats["scheduler_running"] == 0 and stats["stand_in_errors"] == 0, stats
+    log = server.log()
+    assert "Traceback" not in log and "Error in request" not in log, log[-4000:]
+
+
+@pytest.fixture(scope="module")
+def patched():
+    with serve_openai(SCRIPT) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def in_band():
+    with serve_openai(SCRIPT, env={"SGLANG_OVERLAY_ABORT_HTTP_STATUS": "0"}) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    with serve_openai(SCRIPT, env={"SGLANG_OVERLAY_DISABLE": "openai-abort-status"}) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def patched_client(patched):
+    with httpx.Client(base_url=patched.base_url, timeout=30) as client:
+        yield client
+
+
+# --------------------------------------------------------------------------- patched: the matrix
+
+
+@pytest.mark.representative
+def test_patch_is_applied_in_the_server(patched):
+    applied = patched.stats()["overlay"]["applied"]["openai-abort-status"]
+    assert len(applied) == 3
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("key", KEYS)
+@pytest.mark.representative
+def test_non_stream(patched_client, endpoint, key):
+    r = call(patched_client, endpoint, key, after=2, stream=False)
+    status, _ = EXPECTED_STATUS[key]
+    if status is None:  # graceful abort: upstream behaviour unchanged
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["finish_reason"] == "abort"
+        return
+    assert r.status_code == status.value
+    body = r.json()
+    check_message(body.pop("message"), key)
+    assert body == error_body(key)
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("key", KEYS)
+def test_stream_abort_before_first_chunk_is_an_http_error(patched_client, endpoint, key):
+    r = call(patched_client, endpoint, key, after=0, stream=True)
+    status, _ = EXPECTED_STATUS[key]
+    if status is None:
+        assert r.status_code == 200
+        payloads = sse_payloads(r.text)
+        check_well_formed_stream(payloads)
+        assert finish_reasons(payloads) == ["abort"] and errors(payloads) == []
+        return
+    assert r.status_code == status.value
+    assert r.headers["content-type"].startswith("application/json")
+    body = r.json()
+    check_message(body.pop("message"), key)
+    assert body == error_body(key)  # the same body as the non-streaming path
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("key", KEYS)
+def test_stream_abort_after_first_chunk_is_an_in_band_error(patched_client, endpoint, key):
+    payloads = ok_stream(str(patched_client.base_url), endpoint, key, after=2)
+    assert streamed_text(payloads) == "alpha beta "
+    usage = [p["usage"] for p in payloads if isinstance(p, dict) and p.get("usage")]
+    assert usage[-1]["completion_tokens"] == 2  # "alpha beta"
+    assert usage[-1]["prompt_tokens"] == 3  # "abort=... after=2 via=output"
+    status, _ = EXPECTED_STATUS[key]
+    if status is None:
+        assert finish_reasons(payloads) == ["abort"] and errors(payloads) == []
+        return
+    (error,) = errors(payloads)
+    check_message(error.pop("message"), key)
+    assert error == {"object": "error", "type": status.name, "param": None, "code": status.value}
+    # order: content, the error event, the usage chunk, [DONE]
+    at = next(i for i, p in enumerate(payloads) if isinstance(p, dict) and "error" in p)
+    assert payloads[at + 1].get("usage") and payloads[at + 2] == "[DONE]"
+
+
+@pytest.mark.parametrize("after", [0, 2])
+def test_n2_chat_stream_with_aborting_choices(patched, patched_client, after):
+    r = patched_client.post(
+        PATHS["chat"], json=body_for("chat", f"abort=np_503 after={after}", stream=True, n=2)
+    )
+    if after == 0:
+        assert r.status_code == 503
+    else:
+        payloads = sse_payloads(r.text)
+        check_well_formed_stream(payloads)
+        assert [e["code"] for e in errors(payloads)] == [503]
+        assert payloads[-2]["usage"]["completion_tokens"] >= 2
+    assert patched.wait_idle()["live_request_states"] == 0
+
+
+def test_n2_non_stream_with_aborting_choices(patched_client):
+    r = patched_client.post(PATHS["completions"], json=body_for("completions", "abort=str_503 after=1", stream=False, n=2))
+    assert r.status_code == 503
+
+
+@pytest.mark.parametrize("mode", ["non_stream", "before_first_chunk", "after_first_chunk"])
+@pytest.mark.parametrize("key", ["int_503", "str_429_spaces", "str_abc", "none", "httpstatus_503"])
+def test_scheduler_abort_echo_path(patched_client, key, mode):
+    """Aborts the scheduler answers with an AbortReq echo (waiting/running timeouts) go through
+    upstream's _handle_abort_req, not _handle_batch_output: same answers."""
+    status, _ = EXPECTED_STATUS[key]
+    if mode == "after_first_chunk":
+        payloads = ok_stream(str(patched_client.base_url), "chat", key, after=2, via="abort_req")
+        assert [e["code"] for e in errors(payloads)] == ([status.value] if status else [])
+        return
+    stream = mode == "before_first_chunk"
+    r = call(patched_client, "completions", key, after=0, stream=stream, via="abort_req")
+    if status is None:
+        assert r.status_code == 200 and "abort" in r.text
+    else:
+        assert (r.status_code, r.json()["code"]) == (status.value, status.value)
+
+
+# --------------------------------------------------------------------------- patched: openai client
+
+
+@pytest.fixture(scope="module")
+def oai(patched):
+    return openai.OpenAI(base_url=patched.base_url + "/v1", api_key="none", max_retries=0)
+
+
+@pytest.mark.parametrize(
+    "key, exc", [("int_503", openai.InternalServerError), ("str_429_spaces", openai.RateLimitError),
+                 ("str_abc", openai.InternalServerError)]
+)  # fmt: skip
+def test_openai_client_non_stream_and_early_stream_errors(oai, key, exc):
+    status, _ = EXPECTED_STATUS[key]
+    with pytest.raises(exc) as info:
+        oai.completions.create(model="m", prompt=f"abort={key} after=1")
+    assert info.value.status_code == status.value
+    with pytest.raises(exc) as info:
+        oai.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": f"abort={key} after=0"}], stream=True
+        )
+    assert info.value.status_code == status.value
+    assert f"scripted abort {key}" in str(info.value)
+
+
+def test_openai_client_error_after_first_chunk(oai):
+    stream = oai.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "abort=int_503 after=2"}], stream=True
+    )
+    seen = []
+    with pytest.raises(openai.APIError) as info:
+        for chunk in stream:
+            seen.append(chunk.choices[0].delta.content if chunk.choices else None)
+    assert "scripted abort int_503" in str(info.value)
+    assert "".join(s or "" for s in seen) == "alpha beta "
+
+
+def test_openai_client_graceful_abort_is_a_finish_reason(oai):
+    stream = oai.completions.create(model="m", prompt="abort=none after=2", stream=True)
+    assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "abort"
+
+
+# --------------------------------------------------------------------------- patched: concurrency
+
+# a third of the streams abort, with mixed codes, before and after their first chunk
+MIXED = ["int_503", "np_503", "str_429_spaces", "none", "str_abc", "httpstatus_503", "float_503", "unconvertible"]
+
+
+async def _one_stream(client: httpx.AsyncClient, i: int) -> tuple:
+    endpoint = ENDPOINTS[i % 2]
+    if i % 3 == 0:
+        key = MIXED[(i // 3) % len(MIXED)]
+        after = 0 if (i // 3) % 2 == 0 else 1
+        prompt = f"abort={key} after={after} wait=0.05 gate=200"
+    else:
+        key, after, prompt = None, None, "pace=0.05 gate=200"
+    async with client.stream("POST", PATHS[endpoint], json=body_for(endpoint, prompt, stream=True)) as r:
+        text = (await r.aread()).decode()
+    return i, key, after, r.status_code, text
+
+
+def test_200_concurrent_streams_terminate_and_leave_no_state(patched):
+    async def run():
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=0)
+        async with httpx.AsyncClient(base_url=patched.base_url, timeout=60, limits=limits) as client:
+            return await asyncio.gather(*(_one_stream(client, i) for i in range(200)))
+
+    results = asyncio.run(run())
+    assert len(results) == 200
+    for i, key, after, status_code, text in results:
+        expected = EXPECTED_STATUS[key][0] if key else None
+        if key is not None and expected is not None and after == 0:
+            assert status_code == expected.value, (i, key, text)
+            assert json.loads(text)["code"] == expected.value
+            continue
+        assert status_code == 200, (i, key, text)
+        payloads = sse_payloads(text)
+        check_well_formed_stream(payloads)
+        if key is None:
+            assert finish_reasons(payloads) == ["stop"] and errors(payloads) == []
+            assert streamed_text(payloads) == "alpha beta gamma delta"
+        elif expected is None:
+            assert finish_reasons(payloads) == ["abort"] and errors(payloads) == []
+        else:
+            assert [e["code"] for e in errors(payloads)] == [expected.value], (i, key, text)
+    stats = patched.wait_idle()
+    assert stats["live_request_states"] == 0 and stats["scheduler_running"] == 0, stats
+    assert stats["peak_live_request_states"] >= 200, stats  # all 200 were live at once
+
+
+def test_patched_server_is_clean(patched):
+    check_clean(patched)
+
+
+# --------------------------------------------------------------------------- switch off the HTTP status
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("key", ["int_503", "str_abc"])
+def test_env_off_keeps_the_in_band_error_before_the_first_chunk(in_band, endpoint, key):
+    payloads = ok_stream(in_band.base_url, endpoint, key, after=0)
+    (error,) = errors(payloads)
+    status, _ = EXPECTED_STATUS[key]
+    assert payloads[0] == {"error": error}  # the first event
+    assert (error["code"], error["type"]) == (status.value, status.name)
+    with httpx.Client(base_url=in_band.base_url, timeout=30) as client:  # non-streaming: unaffected
+        assert call(client, endpoint, key, after=0, stream=False).status_code == status.value
+
+
+def test_in_band_server_is_clean(in_band):
+    check_clean(in_band)
+
+
+# --------------------------------------------------------------------------- without the overlay
+
+# What 0.5.20 answers (written out): a plain or numpy 503 in a stream is a graceful abort;
+# a string or a 429 is graceful even without streaming; a numpy 503 without streaming
+# reaches h11 as the response status ("status code must be integer") and the connection drops.
+DROPPED = "dropped"
+UPSTREAM_STREAM_AFTER_FIRST = {"int_503": None, "np_503": None, "str_503": None, "intenum_429": None,
+                               "unconvertible": None, "httpstatus_503": 503}  # fmt: skip
+UPSTREAM_NON_STREAM = {"int_503": 503, "np_503": DROPPED, "str_503": 200, "str_429_spaces": 200,
+                       "intenum_429": 200, "bool_true": 200, "httpstatus_503": 503}  # fmt: skip
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("key", sorted(UPSTREAM_STREAM_AFTER_FIRST))
+def test_upstream_stream_treats_non_enum_codes_as_graceful(upstream, endpoint, key):
+    payloads = ok_stream(upstream.base_url, endpoint, key, after=2)
+    if UPSTREAM_STREAM_AFTER_FIRST[key] is None:
+        assert errors(payloads) == [] and finish_reasons(payloads) == ["abort"]
+    else:
+        assert [e["code"] for e in errors(payloads)] == [503]
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("key", sorted(UPSTREAM_NON_STREAM))
+@pytest.mark.representative
+def test_upstream_non_stream(upstream, endpoint, key):
+    with httpx.Client(base_url=upstream.base_url, timeout=30) as client:
+        if UPSTREAM_NON_STREAM[key] == DROPPED:
+            with pytest.raises(httpx.RemoteProtocolError):
+                call(client, endpoint, key, after=2, stream=False)
+            assert "status code must be integer" in upstream.log()
+            return
+        r = call(client, endpoint, key, after=2, stream=False)
+    assert r.status_code == UPSTREAM_NON_STREAM[key]
+    if r.status_code == 200:
+        assert r.json()["choices"][0]["finish_reason"] == "abort"
+
+
+def test_upstream_answers_http_200_for_an_abort_before_the_first_chunk(upstream):
+    payloads = ok_stream(upstream.base_url, "chat", "httpstatus_503", after=0)
+    assert [e["code"] for e in errors(payloads)] == [503]
+
+
+@pytest.mark.representative
+def test_upstream_patch_is_off(upstream):
+    assert "openai-abort-status" not in upstream.stats()["overlay"]["applied"]
+
+
+@pytest.mark.representative
+def test_a_malformed_switch_refuses_start_up():
+    with pytest.raises(RuntimeError, match="during start-up") as info:
+        with serve_openai(SCRIPT, env={"SGLANG_OVERLAY_ABORT_HTTP_STATUS": "maybe"}):
+            pass
+    assert "SGLANG_OVERLAY_ABORT_HTTP_STATUS='maybe'" in str(info.value)
+
+
+# --------------------------------------------------------------------------- msgpack IPC: where plain ints come from
+
+# Under SGLANG_USE_PICKLE_IPC=0 upstream's own msgpack codec carries the scheduler's
+# HTTPStatus.SERVICE_UNAVAILABLE across the process boundary as a plain int 503.
+
+
+@pytest.fixture(scope="module")
+def msgpack_servers():
+    with serve_openai(SCRIPT, env={"SGLANG_USE_PICKLE_IPC": "0"}) as patched_mp:
+        with serve_openai(
+            SCRIPT, env={"SGLANG_USE_PICKLE_IPC": "0", "SGLANG_OVERLAY_DISABLE": "openai-abort-status"}
+        ) as upstream_mp:
+            yield patched_mp, upstream_mp
+
+
+@pytest.mark.parametrize("via", ["output", "abort_req"])
+def test_msgpack_ipc_turns_the_enum_into_an_int_and_only_the_patch_reports_it(msgpack_servers, via):
+    patched_mp, upstream_mp = msgpack_servers
+    after = ok_stream(patched_mp.base_url, "chat", "httpstatus_503", after=2, via=via)
+    assert [(e["code"], e["type"]) for e in errors(after)] == [(503, "SERVICE_UNAVAILABLE")]
+    with httpx.Client(base_url=patched_mp.base_url, timeout=30) as client:
+        assert call(client, "chat", "httpstatus_503", after=0, stream=True, via=via).status_code == 503
+
+    for after_words in (0, 2):  # upstream: a graceful abort, HTTP 200, no error anywhere
+        payloads = ok_stream(upstream_mp.base_url, "chat", "httpstatus_503", after=after_words, via=via)
+        assert errors(payloads) == [] and finish_reasons(payloads) == ["abort"]
+
+
+def test_msgpack_servers_are_clean(msgpack_servers):
+    for server in msgpack_servers:
+        check_clean(server)
