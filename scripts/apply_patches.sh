@@ -163,8 +163,10 @@ else
   "${PIP[@]}" install -r "$REQS" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
 fi
 
-step "[6/7] sglang-overlay (editable, from $REPO)"
+step "[6/7] sglang-overlay (editable, from $REPO) and its process-start hook"
 "${PIP[@]}" install --no-deps -e "$REPO"
+# Tokenizer workers are started without load_plugins(): the .pth hook lets the overlay enter them.
+"$VENV/bin/sglang-overlay" process-hook --install
 
 step "[7/7] verify: sglang-overlay check"
 rm -f "$VENV/.sglang-overlay-incomplete"

@@ -1,8 +1,15 @@
-"""The ``sglang-overlay`` command: check, lock, launch, rebase-check, gsm8k.
+"""The ``sglang-overlay`` command: check, status, lock, launch, demo, rebase-check, series, gsm8k.
+
+Every report is a table that never truncates a patch id or a target (columns fold on a
+narrow terminal; without a terminal, as in CI logs and pipes, the table takes its natural
+width), and every command that reports takes ``--json``.
 
 - ``check``: a table of every patch and target (fingerprint match / drift /
-  missing), enabled or not, and whether SGLang will discover the plugin; exit 0
-  only when every enabled patch would apply.
+  missing), enabled or not, whether SGLang will discover the plugin and whether the
+  process-start hook is installed; exit 0 only when every enabled patch would apply.
+- ``status --url URL``: per process of a running local server, which patches are active.
+- ``process-hook --install | --check``: the ``.pth`` hook that enters processes SGLang
+  starts without ``load_plugins()`` (tokenizer workers).
 - ``lock``: regenerate (or ``--check``) patches/upstream.lock from the installed upstream.
 - ``launch ARGS``: verify, then run SGLang's own server launcher with ARGS.
 - ``rebase-check --to VERSION | --wheel FILE``: would the patches survive another upstream?
@@ -26,13 +33,27 @@ from rich.console import Console
 from rich.table import Table
 
 from sglang_overlay import __version__
-from sglang_overlay.core import fingerprint, lockfile, settings
+from sglang_overlay.core import fingerprint, lockfile, processes, settings
 from sglang_overlay.core.verify import installed_sglang_version, make_plan
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.core.registry import discover_patches
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+def _console(stderr: bool = False) -> Console:
+    """A console that never cuts a table: its terminal's width on a terminal, else wide enough for any row."""
+    probe = Console(stderr=stderr)
+    return Console(stderr=stderr, soft_wrap=True, width=None if probe.is_terminal else 1000)
+
+
+console = _console()
+err_console = _console(stderr=True)
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    """Columns fold (wrap) instead of ending in an ellipsis when the console is narrow."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
 
 
 def plugin_discovery() -> tuple[bool, str]:
@@ -57,73 +78,121 @@ def plugin_discovery() -> tuple[bool, str]:
     return True, f"{eps[0].value} (dist {eps[0].dist.name if eps[0].dist else '?'})"
 
 
-def run_check(as_json: bool = False) -> int:
-    try:
-        plan = make_plan()
-    except (OverlayError, OSError, ValueError) as exc:
-        err_console.print(f"[red]sglang-overlay check: {exc}[/red]")
-        return 1
-    pin = lockfile.read_pin()
-    discoverable, how = plugin_discovery()
+def _check_rows(plan) -> list[dict]:
     rows = []
     for patch in plan.patches:
         enabled = patch.id not in plan.disabled
         statuses = plan.statuses.get(patch.id) or [None] * len(patch.targets)
         for target, st in zip(patch.targets, statuses):
-            rows.append(
-                {
-                    "patch": patch.id,
-                    "role": patch.role,
-                    "target": target.path,
-                    "hook": target.hook_type,
-                    "fingerprint": st.status if st else "not checked",
-                    "expected": st.expected if st else None,
-                    "found": st.found if st else None,
-                    "detail": st.detail if st else "",
-                    "enabled": enabled,
-                }
-            )
-    bad = [r for r in rows if r["enabled"] and r["fingerprint"] not in ("match", "source")]
+            rows.append({
+                "patch": patch.id, "role": patch.role, "target": target.path, "hook": target.hook_type,
+                "fingerprint": str(st.status) if st else "not checked",
+                "expected": st.expected if st else None, "found": st.found if st else None,
+                "detail": st.detail if st else "", "enabled": enabled,
+            })
+    return rows
+
+
+def _check_report(plan) -> dict:
+    """Everything ``check`` says, as data (what ``--json`` prints)."""
+    rows = _check_rows(plan)
+    discoverable, how = plugin_discovery()
+    hook = processes.process_hook_path()
+    # the source form needs neither plugin nor process hook: they matter for patches the sources do not carry
+    needs_runtime = any(p.id not in plan.source for p in plan.enabled)
     incomplete = Path(sys.prefix, ".sglang-overlay-incomplete").exists()
-    # the source form needs no plugin: discoverability matters for patches the sources do not carry
-    needs_plugin = any(p.id not in plan.source for p in plan.enabled)
-    ok = (not bad and plan.version_problem is None and (discoverable or not needs_plugin)
-          and not settings.source_applied() and not incomplete)
+    bad = [r for r in rows if r["enabled"] and r["fingerprint"] not in ("match", "source")]
+    ok = (not bad and plan.version_problem is None and not settings.source_applied() and not incomplete
+          and ((discoverable and hook is not None) or not needs_runtime))
+    return {"ok": ok, "sglang": installed_sglang_version(), "pin": lockfile.read_pin().version,
+            "source_form": sorted(plan.source), "plugin_discoverable": discoverable, "plugin": how,
+            "process_hook": str(hook) if hook else None, "strict": settings.strict(),
+            "version_problem": plan.version_problem, "incomplete": incomplete, "targets": rows, "problems": bad}
+
+
+def run_check(as_json: bool = False) -> int:
+    try:
+        report = _check_report(make_plan())
+    except (OverlayError, OSError, ValueError) as exc:
+        err_console.print(f"[red]sglang-overlay check: {exc}[/red]")
+        return 1
     if as_json:
-        print(json.dumps({"ok": ok, "sglang": installed_sglang_version(), "pin": pin.version,
-                          "source_form": sorted(plan.source),
-                          "plugin_discoverable": discoverable, "plugin": how, "targets": rows}, indent=2))
-        return 0 if ok else 1
-    table = Table(title=f"sglang-overlay {__version__}: patches over sglang=={pin.version}")
-    for col in ("patch", "role", "target", "hook", "fingerprint", "enabled"):
-        table.add_column(col)
-    colour = {"match": "green", "source": "green", "drift": "red", "missing": "red", "unlocked": "yellow",
-              "source-drift": "red"}
-    for r in rows:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_check(report)
+    return 0 if report["ok"] else 1
+
+
+_COLOUR = {"match": "green", "source": "green", "drift": "red", "missing": "red", "unlocked": "yellow",
+           "source-drift": "red"}
+
+
+def _print_check(report: dict) -> None:
+    table = _table(f"sglang-overlay {__version__}: patches over sglang=={report['pin']}",
+                   ("patch", "role", "target", "hook", "fingerprint", "enabled"))
+    for r in report["targets"]:
         fp = r["fingerprint"]
-        table.add_row(r["patch"], r["role"], r["target"], r["hook"], f"[{colour.get(fp, 'white')}]{fp}[/]",
+        table.add_row(r["patch"], r["role"], r["target"], r["hook"], f"[{_COLOUR.get(fp, 'white')}]{fp}[/]",
                       "yes" if r["enabled"] else "[yellow]disabled[/]")
     console.print(table)
-    console.print(f"installed sglang: {installed_sglang_version()} (pinned {pin.version})")
-    console.print(f"plugin discoverable: {'yes' if discoverable else '[red]NO[/]'}: {how}")
-    console.print(f"strict: {'yes' if settings.strict() else 'no (' + settings.STRICT + '=0)'}")
-    if plan.version_problem:
-        console.print(f"[red]{plan.version_problem}[/]")
-    if incomplete:
+    console.print(f"installed sglang: {report['sglang']} (pinned {report['pin']})")
+    console.print(f"plugin discoverable: {'yes' if report['plugin_discoverable'] else '[red]NO[/]'}: {report['plugin']}")
+    hook = report["process_hook"]
+    console.print(f"process-start hook: {hook or '[red]NOT INSTALLED[/] (sglang-overlay process-hook --install)'}")
+    console.print(f"strict: {'yes' if report['strict'] else 'no (' + settings.STRICT + '=0)'}")
+    if report["version_problem"]:
+        console.print(f"[red]{report['version_problem']}[/]")
+    if report["incomplete"]:
         console.print(f"[red]{sys.prefix}: environment set-up did not finish; rerun scripts/apply_patches.sh[/]")
     if settings.source_applied():
         console.print(f"[yellow]{settings.SOURCE_APPLIED}=1: the series is in the sources; runtime hooks are off[/]")
-    if plan.source:
-        console.print(f"source form: the sglang sources carry {', '.join(sorted(plan.source))} (the series' diffs; "
+    if report["source_form"]:
+        console.print(f"source form: the sglang sources carry {', '.join(report['source_form'])} (the series' diffs; "
                       "runtime hooks stay off for them, fingerprint column: 'source' = verified in the sources)")
-    for r in bad:
+    for r in report["problems"]:
         console.print(f"[red]{r['patch']}: {r['target']}: {r['fingerprint']} (expected {r['expected']}, found {r['found']})"
                       f"{': ' + r['detail'] if r.get('detail') else ''}[/]")
-    console.print("[green]OK: every enabled patch would apply[/]" if ok else "[red]NOT OK: see above[/]")
-    return 0 if ok else 1
+    console.print("[green]OK: every enabled patch would apply[/]" if report["ok"] else "[red]NOT OK: see above[/]")
 
 
-def run_lock(wheel: str | None, check_only: bool, include_extra: bool) -> int:
+def run_status(url: str, as_json: bool) -> int:
+    """Per process of the local server at ``url``: is the overlay there, which patches are active."""
+    from sglang_overlay.core.server_status import ServerNotFound, server_status
+
+    try:
+        report = server_status(url)
+    except ServerNotFound as exc:
+        err_console.print(f"[red]sglang-overlay status: {exc}[/red]")
+        return 2
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return 0 if report["ok"] else 1
+    table = _table(f"sglang-overlay status: {url}", ("pid", "role", "overlay", "patches", "pending modules"))
+    for r in report["processes"]:
+        if r["overlay"]:
+            there = "[green]active[/]" if not r["skipped"] else f"[red]skipped {', '.join(r['skipped'])}[/]"
+        else:
+            there = "[red]ABSENT[/]" if r["expected"] else "- (runs no patched target)"
+        table.add_row(str(r["pid"]), r["role"], there, ", ".join(r["patches"]), ", ".join(r["pending_modules"]))
+    console.print(table)
+    console.print("[green]OK: every process that runs patched code has the overlay[/]" if report["ok"]
+                  else "[red]NOT OK: a process runs without the overlay[/]")
+    return 0 if report["ok"] else 1
+
+
+def run_process_hook(install: bool, as_json: bool) -> int:
+    path = processes.install_process_hook() if install else processes.process_hook_path()
+    if as_json:
+        print(json.dumps({"installed": path is not None, "path": str(path) if path else None}))
+    elif path:
+        console.print(f"process-start hook: {path}")
+    else:
+        err_console.print(f"[red]process-start hook not installed in {processes.site_dirs()[0]}: "
+                          "sglang-overlay process-hook --install[/red]")
+    return 0 if path else 1
+
+
+def run_lock(wheel: str | None, check_only: bool, include_extra: bool, as_json: bool = False) -> int:
     current = lockfile.read_lock() if lockfile.lock_path().exists() else None
     version = installed_sglang_version()
     if version is None:
@@ -155,13 +224,19 @@ def run_lock(wheel: str | None, check_only: bool, include_extra: bool) -> int:
         err_console.print(f"sglang-overlay lock: a target is missing in the installed upstream: {exc}")
         return 1
     if check_only:
-        if data != current:
+        same = data == current
+        if as_json:
+            print(json.dumps({"lock": str(lockfile.lock_path()), "sglang": version, "up_to_date": same}))
+        elif same:
+            console.print(f"{lockfile.lock_path()} matches the installed upstream")
+        else:
             err_console.print(f"sglang-overlay lock --check: {lockfile.lock_path()} differs from the installed upstream")
-            return 1
-        console.print(f"{lockfile.lock_path()} matches the installed upstream")
-        return 0
+        return 0 if same else 1
     path = lockfile.write_lock(data, lockfile.lock_path())
-    console.print(f"wrote {path}: sglang=={version}, {len(data['targets'])} target(s)")
+    if as_json:
+        print(json.dumps({"lock": str(path), "sglang": version, "targets": len(data["targets"]), "written": True}))
+    else:
+        console.print(f"wrote {path}: sglang=={version}, {len(data['targets'])} target(s)")
     return 0
 
 
@@ -210,9 +285,7 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
     if as_json:
         print(json.dumps({"wheel": label, "targets": rows}, indent=2))
     else:
-        table = Table(title=f"rebase-check: the series against {label}")
-        for col in ("patch", "target", "status", "detail"):
-            table.add_column(col)
+        table = _table(f"rebase-check: the series against {label}", ("patch", "target", "status", "detail"))
         colour = {"unchanged": "green", "changed": "yellow", "missing": "red"}
         for r in rows:
             table.add_row(r["patch"], r["target"], f"[{colour[r['status']]}]{r['status']}[/]", r["detail"])
@@ -223,7 +296,7 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
     return 0 if all(r["status"] == "unchanged" for r in rows) else 1
 
 
-def run_series(write: bool, upstream: str | None) -> int:
+def run_series(write: bool, upstream: str | None, as_json: bool = False) -> int:
     """Regenerate (``--write``) or verify (``--check``) patches/series and patches/*.patch."""
     from sglang_overlay.core import series as series_diff, source_form
 
@@ -237,12 +310,33 @@ def run_series(write: bool, upstream: str | None) -> int:
     except (series_diff.SeriesError, fingerprint.TargetNotFound, OSError) as exc:
         err_console.print(f"[red]sglang-overlay series: {exc}[/red]")
         return 1
+    readme = patches_dir.parent / "README.md"
+    series = [p for p in discover_patches(lockfile.read_pin().version) if not p.extra]
+    try:
+        readme_now = readme.read_text(encoding="utf-8") if readme.is_file() else None
+        readme_new = series_diff.readme_with_block(readme_now, series) if readme_now is not None else None
+    except series_diff.SeriesError as exc:
+        err_console.print(f"[red]sglang-overlay series: {exc}[/red]")
+        return 1
     if write:
-        for path in series_diff.write(files, patches_dir):
+        written = series_diff.write(files, patches_dir)
+        if readme_new is not None and readme_new != readme_now:
+            readme.write_text(readme_new, encoding="utf-8")
+            written.append(readme)
+        if as_json:
+            print(json.dumps({"written": [str(p) for p in written], "upstream": str(package_dir)}))
+            return 0
+        for path in written:
             console.print(f"wrote {path}")
         console.print(f"wrote {patches_dir / series_diff.SERIES_FILE}: {len(files)} patch(es) against {package_dir}")
         return 0
     problems = series_diff.differences(files, patches_dir)
+    if readme_new is not None and readme_new != readme_now:
+        problems.append(f"{readme}: the generated tables of the series are stale")
+    if as_json:
+        print(json.dumps({"up_to_date": not problems, "problems": problems, "patches": [f.name for f in files],
+                          "upstream": str(package_dir)}))
+        return 1 if problems else 0
     for problem in problems:
         err_console.print(f"[red]{problem}[/red]")
     if problems:
@@ -277,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wheel", help="the pinned wheel file, to record its sha256 (needed for a new version)")
     p.add_argument("--check", action="store_true", help="compare only; exit 1 when the lock differs")
     p.add_argument("--include-extra", action="store_true", help=f"also lock patches from {settings.EXTRA_PATCHES}")
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("rebase-check", help="report which targets another upstream release changed")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--to", metavar="VERSION", help="pip download --no-deps sglang==VERSION")
@@ -287,6 +382,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--write", action="store_true", help="regenerate patches/series and patches/NNNN-<id>.patch")
     g.add_argument("--check", action="store_true", help="exit 1 when the committed series differs from the generated one")
     p.add_argument("--upstream", metavar="DIR", help="a pristine sglang package directory (default: the installed one)")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("status", help="per process of a running local server: is the overlay there, which patches")
+    p.add_argument("--url", required=True, help="the server's URL, e.g. http://127.0.0.1:30000")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("process-hook", help="the .pth hook that enters processes SGLang starts without load_plugins()")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--install", action="store_true", help="write it into this environment's site-packages")
+    g.add_argument("--check", action="store_true", help="exit 1 when it is not installed")
+    p.add_argument("--json", action="store_true")
     sub.add_parser("launch", help="verify, then run sglang.launch_server with the remaining arguments", add_help=False)
     sub.add_parser("gsm8k", help="GSM8K accuracy runner against an OpenAI-compatible server", add_help=False)
     return parser
@@ -301,15 +405,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return gsm8k_main(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.command == "check":
-        return run_check(args.json)
-    if args.command == "lock":
-        return run_lock(args.wheel, args.check, args.include_extra)
-    if args.command == "rebase-check":
-        return run_rebase_check(args.to, args.wheel, args.json)
-    if args.command == "series":
-        return run_series(args.write, args.upstream)
-    return 2
+    commands = {
+        "check": lambda: run_check(args.json),
+        "status": lambda: run_status(args.url, args.json),
+        "process-hook": lambda: run_process_hook(args.install, args.json),
+        "lock": lambda: run_lock(args.wheel, args.check, args.include_extra, args.json),
+        "rebase-check": lambda: run_rebase_check(args.to, args.wheel, args.json),
+        "series": lambda: run_series(args.write, args.upstream, args.json),
+    }
+    return commands[args.command]()
 
 
 if __name__ == "__main__":

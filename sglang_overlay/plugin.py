@@ -1,19 +1,21 @@
 """SGLang general-plugin entry point (group ``sglang.srt.plugins``, name ``sglang_overlay``).
 
-SGLang calls :func:`load` from ``load_plugins()`` in the main process and in
-every scheduler process. ``load_plugins`` swallows ``Exception``s from plugins,
-so verification failures leave here as ``OverlayStartupError`` (a
-``SystemExit``): start-up ends with the message instead of running unpatched.
+SGLang calls :func:`load` from ``load_plugins()`` in the main process, ``Engine`` and
+every scheduler process (processes it starts without that call are entered through
+``core.processes``). ``load_plugins`` swallows ``Exception``s from plugins, so
+verification failures leave here as ``OverlayStartupError`` (a ``SystemExit``):
+start-up ends with the message instead of running unpatched.
 """
 
 from __future__ import annotations
 
+from sglang_overlay.core import processes
 from sglang_overlay.core.hooking import apply
 from sglang_overlay.errors import OverlayError, OverlayStartupError
 
 
 def load() -> None:
     try:
-        apply()
+        apply(role=processes.caller_role())
     except (OverlayError, OSError, ValueError) as exc:
         raise OverlayStartupError(f"sglang-overlay refused to start: {exc}") from exc

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import sys
 from pathlib import Path
 
 from sglang_overlay.core.introspection import TargetNotFound, find_definition, sha256_tag
@@ -31,11 +32,18 @@ def fingerprint_source(source: str, qualname: str) -> str:
 
 
 def module_source_path(module: str) -> Path:
-    """Where ``module``'s source lives, found without executing it.
+    """Where ``module``'s source lives, found without executing it or its parents.
 
-    ``find_spec`` imports the parent packages (cheap ``__init__`` modules), never
-    the module itself.
+    ``find_spec`` of a dotted name imports the parent packages, and ``import sglang``
+    alone costs seconds, so the file is looked up under the top-level package's
+    directories first (a top-level ``find_spec`` imports nothing); ``find_spec`` of the
+    full name is the fallback for layouts that lookup does not cover.
     """
+    top, _, rest = module.partition(".")
+    if rest and top not in sys.modules:
+        found = _file_under_top_level(top, rest.split("."))
+        if found is not None:
+            return found
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError) as exc:
@@ -43,6 +51,19 @@ def module_source_path(module: str) -> Path:
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         raise TargetNotFound(f"module {module!r} not found (or has no Python source)")
     return Path(spec.origin)
+
+
+def _file_under_top_level(top: str, parts: list[str]) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        stem = Path(base, *parts)
+        for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
 
 
 @functools.lru_cache(maxsize=None)

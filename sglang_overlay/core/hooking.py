@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from sglang_overlay.core import lockfile, settings, source_form
+from sglang_overlay.core import lockfile, processes, settings, source_form
 from sglang_overlay.core.introspection import raw_attribute, resolve_owner, unwrap_descriptor
 from sglang_overlay.core.registry import Patch, Target
 from sglang_overlay.core.verify import make_plan
@@ -72,6 +72,7 @@ def status() -> dict:
             "applied": applied,
             "source_form": sorted(_STATE.source),
             "pending_modules": sorted(_STATE.pending),
+            "pending_patches": sorted({p.id for items in _STATE.pending.values() for p, _ in items}),
             "skipped": dict(_STATE.skipped),
             "apply_s": _STATE.apply_s,
         }
@@ -189,6 +190,8 @@ def _apply_module(module: str) -> None:
                 continue
             _STATE.applied.setdefault(patch.id, []).append(target.path)
         _drop_finder_if_idle()
+        if items:
+            processes.write_record(status())
 
 
 class _ApplyAfterExecLoader(importlib.abc.Loader):
@@ -231,21 +234,33 @@ class _DeferredPatchFinder(importlib.abc.MetaPathFinder):
 # --------------------------------------------------------------------------- entry
 
 
-def apply(lock_path=None) -> dict:
+def apply(lock_path=None, role: str | None = None, announce: bool = True) -> dict:
     """Verify and apply every enabled patch in this process (idempotent).
 
     Targets in modules not yet imported are hooked when their module is first
     imported. Raises ``OverlayError`` in strict mode when anything does not verify.
+    ``role`` names the process in its one INFO line (``core.processes``); ``announce=False``
+    leaves that line to a later call that knows the role (a record is written either way).
     """
     with _LOCK:
-        if _STATE.started:
-            return status()
-        started = time.perf_counter()
-        try:
-            _apply_unlocked(lock_path)
-        finally:
-            _STATE.apply_s = time.perf_counter() - started
-        return status()
+        if not _STATE.started:
+            started = time.perf_counter()
+            try:
+                _apply_unlocked(lock_path)
+            finally:
+                _STATE.apply_s = time.perf_counter() - started
+        current = status()
+        if _STATE.started and not settings.source_applied():
+            if announce:
+                processes.announce(current, role)
+            else:
+                processes.write_record(current)
+        return current
+
+
+def deferred_finder():
+    """The finder that hooks pending targets as their modules import (None when nothing is pending)."""
+    return _STATE.finder
 
 
 def _apply_unlocked(lock_path) -> None:
@@ -257,7 +272,14 @@ def _apply_unlocked(lock_path) -> None:
     plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
     if plan.version_problem:
         raise OverlayError(plan.version_problem)
+    try:
+        processes.require_process_hook(plan)
+    except OverlayError as exc:
+        if settings.strict():
+            raise
+        logger.warning("sglang-overlay (%s=0): %s", settings.STRICT, exc)
     _STATE.started = True
+    processes.mark_children()
     for patch in plan.enabled:
         refusal = plan.refusal(patch)
         if patch.id in plan.source and not refusal:  # the sources carry it: no runtime hook

@@ -18,6 +18,8 @@ LOCK = "SGLANG_OVERLAY_LOCK"
 EXTRA_PATCHES = "SGLANG_OVERLAY_EXTRA_PATCHES"
 SOURCE_APPLIED = "SGLANG_OVERLAY_SOURCE_APPLIED"
 SGLANG_PLUGINS = "SGLANG_PLUGINS"
+PROCESS_START = "SGLANG_OVERLAY_PROCESS_START"  # set by an overlay process: its children apply the overlay
+STATUS_DIR = "SGLANG_OVERLAY_STATUS_DIR"  # where each process keeps its status record
 
 PLUGIN_NAME = "sglang_overlay"
 PLUGIN_GROUP = "sglang.srt.plugins"

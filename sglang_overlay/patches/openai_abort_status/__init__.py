@@ -25,14 +25,14 @@ PATCH = Patch(
         ),
         Target(
             "sglang.srt.entrypoints.openai.serving_chat",
-            "OpenAIServingChat._generate_chat_stream",
-            f"{_HOOKS}:stream_with_http_status",
+            "OpenAIServingChat._handle_streaming_request",
+            f"{_HOOKS}:streaming_response_with_http_status",
             "AROUND",
         ),
         Target(
             "sglang.srt.entrypoints.openai.serving_completions",
-            "OpenAIServingCompletion._generate_completion_stream",
-            f"{_HOOKS}:stream_with_http_status",
+            "OpenAIServingCompletion._handle_streaming_request",
+            f"{_HOOKS}:streaming_response_with_http_status",
             "AROUND",
         ),
     ),

@@ -15,14 +15,21 @@ hooks that apply it:
   The code is normalized in place there; every error status (not only 500/503)
   then releases the request state like upstream's 500/503 branch and, on the
   non-streaming path, raises ``HTTPException`` with that status.
-* ``OpenAIServingChat._generate_chat_stream`` and
-  ``OpenAIServingCompletion._generate_completion_stream`` (AROUND): when the very
-  first SSE event of a stream is an error (the abort came before any token),
-  the request fails with that HTTP status and an OpenAI error body instead of
-  HTTP 200 plus an in-band error. ``SGLANG_OVERLAY_ABORT_HTTP_STATUS=0`` keeps
-  upstream's in-band event. After the first chunk the in-band error event
-  (then usage when asked for, then ``data: [DONE]``) is upstream's own code,
-  which works once the code is an ``HTTPStatus``.
+* ``OpenAIServingChat._handle_streaming_request`` and
+  ``OpenAIServingCompletion._handle_streaming_request`` (AROUND), the OpenAI
+  routes' own streaming entry: when the very first SSE event of a stream is an
+  error (the abort came before any token), the request fails with that HTTP
+  status and an OpenAI error body instead of HTTP 200 plus an in-band error.
+  ``SGLANG_OVERLAY_ABORT_HTTP_STATUS=0`` keeps upstream's in-band event. The SSE
+  generators themselves stay upstream's, so every other caller of them (the
+  Anthropic ``/v1/messages`` handler) keeps upstream's behaviour, with the code
+  now an ``HTTPStatus``: typed Anthropic errors. After the first chunk the
+  in-band error event (then usage when asked for, then ``data: [DONE]``) is
+  upstream's own code.
+
+Invariants: a finish reason is normalized once, in place; request state and a
+LoRA reference are released once. Cost: one normalization per finished output,
+one look at the first SSE chunk per streaming OpenAI request.
 """
 
 from __future__ import annotations
@@ -113,6 +120,21 @@ def normalize_finish_reason(finish_reason: dict) -> HTTPStatus | None:
 # --------------------------------------------------------------------------- hooks
 
 
+# --- LoRA: exactly one release per request (issue 12) -----------------------------------------------
+def _lora_release_owed(manager, out: dict, state) -> bool:
+    """Whether this finished abort still holds its LoRA reference.
+
+    Upstream 0.5.20 has two producers of a finished output. ``_handle_batch_output`` releases
+    the reference itself when the request finishes, and its meta_info always carries
+    ``prompt_tokens``; the scheduler's abort echo (``_handle_abort_req``: timeouts, aborts in
+    the waiting queue) builds its output without ``prompt_tokens`` and releases nothing, so
+    the reference is released here for every abort status that path brings (upstream's own
+    500/503 branch releases it again after ``_handle_batch_output``: a double release).
+    """
+    return bool(manager.enable_lora and state.obj.lora_path) and "prompt_tokens" not in out["meta_info"]
+# --- end LoRA ---------------------------------------------------------------------------------------
+
+
 async def handle_abort_finish_reason(original, self, out: dict, state, is_stream: bool):
     """AROUND ``TokenizerManager._handle_abort_finish_reason``: normalize, then treat every
     error status like upstream treats 500/503 (400 keeps upstream's ValueError path)."""
@@ -120,14 +142,17 @@ async def handle_abort_finish_reason(original, self, out: dict, state, is_stream
     if finish_reason.get("type") != "abort":
         return await original(self, out, state, is_stream)
     status = normalize_finish_reason(finish_reason)
+    # --- LoRA: exactly one release per request, for every status (issue 12) ---------------------
+    if _lora_release_owed(self, out, state):
+        await self.lora_registry.release(state.obj.lora_id)
+    # --- end LoRA ---------------------------------------------------------------------------------
     if status is None or status == HTTPStatus.BAD_REQUEST:
         return await original(self, out, state, is_stream)
 
-    # Upstream's 500/503 branch, for every error status: release the state, then raise or yield.
+    # Upstream's 500/503 branch, for every error status: release the state, then raise or yield
+    # (the LoRA reference was settled above).
     if state.obj.rid in self.rid_to_state:
         del self.rid_to_state[state.obj.rid]
-    if self.enable_lora and state.obj.lora_path:
-        await self.lora_registry.release(state.obj.lora_id)
     if not is_stream:
         from fastapi import HTTPException
 
@@ -146,19 +171,31 @@ def _error_event(chunk) -> dict | None:
     return error if isinstance(error, dict) and isinstance(error.get("code"), int) else None
 
 
-async def stream_with_http_status(original, self, adapted_request, request, raw_request):
-    """AROUND the chat/completion SSE generators: an error as the first event becomes the
-    request's HTTP status (``handle_request`` turns the HTTPException into an OpenAI error body)."""
-    events = original(self, adapted_request, request, raw_request)
-    try:
-        first = await events.__anext__()
-        error = _error_event(first)
-        if error is not None and error["code"] >= 400 and settings.abort_http_status():
-            from fastapi import HTTPException
+async def streaming_response_with_http_status(original, self, adapted_request, request, raw_request):
+    """AROUND ``OpenAIServingChat/OpenAIServingCompletion._handle_streaming_request`` (the OpenAI
+    routes only): when the first SSE event, which upstream's kick-start has already produced before
+    HTTP 200 is sent, is an error, the request fails with that HTTP status and an OpenAI error body.
 
-            raise HTTPException(status_code=error["code"], detail=error.get("message") or "Generation aborted.")
-        yield first
-        async for event in events:
-            yield event
-    finally:
-        await events.aclose()
+    Upstream's Anthropic ``/v1/messages`` handler iterates ``_generate_chat_stream`` itself and never
+    passes here, so it keeps its typed error events (``overloaded_error``, ``rate_limit_error``).
+    Cost: one look at the first chunk, already in memory; nothing per later chunk.
+    """
+    response = await original(self, adapted_request, request, raw_request)
+    events = getattr(response, "body_iterator", None)
+    if events is None or not settings.abort_http_status():  # an error response, or the switch is off
+        return response
+    first = await events.__anext__()
+    error = _error_event(first)
+    if error is None or error["code"] < 400:
+        response.body_iterator = _prepend(first, events)
+        return response
+    async for _ in events:  # the aborted stream's tail ([DONE]): finish it so upstream's generator ends
+        pass
+    message = error.get("message") or "Generation aborted."
+    return self.create_error_response(message=message, err_type=str(error["code"]), status_code=error["code"])
+
+
+async def _prepend(first, events):
+    yield first
+    async for event in events:
+        yield event

@@ -1,0 +1,102 @@
+"""Which processes of a running local SGLang server carry the overlay (``sglang-overlay status --url``).
+
+The server's process tree is found from the URL: the process listening on its port
+(the HTTP main process, or the uvicorn/granian supervisor of tokenizer workers),
+walked up to the topmost SGLang process and then down to every descendant. Each
+process's own record (``core.processes``, written when its hooks change) says what it
+applied; the process title SGLang sets (``sglang::scheduler_TP0``,
+``sglang::tokenizer_worker:PID``, ...) says what it is.
+
+A process is *expected* to carry the overlay when it runs patched code: the HTTP
+main process and tokenizer workers (http-role patches), schedulers (scheduler-role
+patches). An expected process without a record, or with a skipped patch, makes the
+answer not OK. Processes that run no patched target (detokenizer, DP controller,
+helpers) are listed as such. Local only: the records are files on this host.
+
+Cost: one ``psutil`` scan of the listening sockets and one small file read per process.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+from sglang_overlay.core import processes
+from sglang_overlay.core.registry import discover_patches
+
+_TITLE_ROLES = (("scheduler", "scheduler"), ("tokenizer_worker", "http"))  # title prefix -> patch role
+
+
+class ServerNotFound(LookupError):
+    """No local process listens on the URL's port."""
+
+
+def _listener(port: int):
+    import psutil
+
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            return psutil.Process(conn.pid)
+    raise ServerNotFound(f"no local process listens on port {port} (status reads this host's processes only)")
+
+
+def _title(proc) -> str:
+    try:
+        return " ".join(proc.cmdline()) or proc.name()
+    except Exception:
+        return "?"
+
+
+def _server_tree(listener):
+    """The topmost SGLang ancestor of the listener and all its descendants."""
+    top = listener
+    for parent in listener.parents():
+        if "sglang" in _title(parent):
+            top = parent
+    return [top] + top.children(recursive=True)
+
+
+def _fresh_record(proc) -> dict | None:
+    """The process's record, unless it is a leftover of an earlier process with the same pid."""
+    record = processes.read_record(proc.pid)
+    if record is None:
+        return None
+    try:
+        written = os.path.getmtime(processes.status_dir() / f"{proc.pid}.json")
+        if written + 1 < proc.create_time():
+            return None
+    except OSError:
+        return None
+    return record
+
+
+def _expected_roles(title: str, is_main: bool) -> set[str]:
+    if is_main:
+        return {"http", "any"}
+    body = title.split("sglang::", 1)[1] if "sglang::" in title else ""
+    return {role for prefix, role in _TITLE_ROLES if body.startswith(prefix)} | ({"any"} if body else set())
+
+
+def server_status(url: str) -> dict:
+    """Per process of the server at ``url``: pid, title, role, whether the overlay is there and what it applied."""
+    parsed = urlparse(url if "://" in url else f"http://{url}")
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    listener = _listener(port)
+    tree = _server_tree(listener)
+    roles_with_patches = {p.role for p in discover_patches() if not p.extra}
+    rows = []
+    for proc in tree:
+        title = _title(proc)
+        record = _fresh_record(proc)
+        expected = bool(_expected_roles(title, proc.pid == tree[0].pid) & roles_with_patches)
+        if "sglang::" in title:
+            role = title.split("sglang::", 1)[1]
+        else:
+            role = (record or {}).get("role") or ("main" if proc.pid == tree[0].pid else "helper")
+        row = {"pid": proc.pid, "title": title, "overlay": record is not None, "expected": expected, "role": role,
+               "patches": sorted(set((record or {}).get("applied", {})) | set((record or {}).get("pending_patches", []))),
+               "applied": (record or {}).get("applied", {}), "pending_modules": (record or {}).get("pending_modules", []),
+               "skipped": (record or {}).get("skipped", {})}
+        row["ok"] = (record is not None and not row["skipped"]) if expected else not row["skipped"]
+        rows.append(row)
+    return {"url": url, "port": port, "ok": all(r["ok"] for r in rows), "processes": rows}
