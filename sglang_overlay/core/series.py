@@ -160,8 +160,11 @@ def _diffstat(diffs: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def format_patch(index: int, total: int, patch: Patch, description: str, diffs: list[str], pin: str) -> str:
-    """``git format-patch`` form: mail header, the description as the message, diffstat, diffs."""
+def format_patch(patch: Patch, description: str, diffs: list[str], pin: str) -> str:
+    """``git format-patch`` form: mail header, the description as the message, diffstat, diffs.
+
+    The subject carries the patch's declared position, not "i/total": adding a patch leaves every
+    other patch file byte-identical."""
     title, _, body = description.partition("\n")
     subject = title.lstrip("# ").strip() or f"{patch.id}: {patch.title}"
     if not subject.startswith(patch.id):
@@ -170,7 +173,7 @@ def format_patch(index: int, total: int, patch: Patch, description: str, diffs: 
         "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
         f"From: {AUTHOR}\n"
         f"Date: {DATE}\n"
-        f"Subject: [PATCH {index}/{total}] {subject}\n"
+        f"Subject: [PATCH {patch.position:04d}] {subject}\n"
         "\n"
         f"{body.strip()}\n"
         "---\n"
@@ -192,7 +195,7 @@ def generate(package_dir: Path, patches_dir: Path | None = None) -> list[PatchFi
     series = [p for p in discover_patches() if not p.extra]
     tree: dict[str, str] = {}  # rel path -> content as the earlier patches left it
     out = []
-    for index, patch in enumerate(series, 1):
+    for patch in series:
         by_file: dict[str, list[Target]] = {}
         for target in patch.targets:
             by_file.setdefault(module_relpath(target.module, package_dir), []).append(target)
@@ -210,7 +213,7 @@ def generate(package_dir: Path, patches_dir: Path | None = None) -> list[PatchFi
         marker = source_form.render_marker(patch, source_form.diff_digest(diffs), files)
         diffs.append(file_diff(source_form.marker_relpath(patch.id), None, marker))
         description = (patches_dir / patch.description).read_text(encoding="utf-8")
-        out.append(PatchFile(patch_file_name(index, patch), format_patch(index, len(series), patch, description, diffs, pin)))
+        out.append(PatchFile(patch_file_name(patch.position, patch), format_patch(patch, description, diffs, pin)))
     return out
 
 

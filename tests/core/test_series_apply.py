@@ -61,7 +61,7 @@ def test_committed_series_is_what_the_registry_generates():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(SERIES)} patch(es) up to date" in proc.stdout
     names = (REPO / "patches" / "series").read_text().split()
-    assert names == [series_diff.patch_file_name(i, p) for i, p in enumerate(SERIES, 1)]
+    assert names == [series_diff.patch_file_name(p.position, p) for p in SERIES]
 
 
 def test_series_check_fails_on_an_upstream_the_diffs_no_longer_match(tmp_path):
@@ -69,16 +69,16 @@ def test_series_check_fails_on_an_upstream_the_diffs_no_longer_match(tmp_path):
     break_context_of(root / "python" / "sglang", FIRST)
     proc = run_cli("series", "--check", "--upstream", str(root / "python" / "sglang"))
     assert proc.returncode == 1
-    assert f"{series_diff.patch_file_name(1, SERIES[0])} is stale" in proc.stderr
+    assert f"{series_diff.patch_file_name(SERIES[0].position, SERIES[0])} is stale" in proc.stderr
     assert "sglang-overlay series --write" in proc.stderr
 
 
 def test_every_patch_is_in_format_patch_form_with_its_description():
-    for index, patch in enumerate(SERIES, 1):
-        text = (REPO / "patches" / series_diff.patch_file_name(index, patch)).read_text()
+    for patch in SERIES:
+        text = (REPO / "patches" / series_diff.patch_file_name(patch.position, patch)).read_text()
         head, _, rest = text.partition("\n\n")
         assert head.splitlines()[0].startswith("From 0000000000000000000000000000000000000000 ")
-        assert f"Subject: [PATCH {index}/{len(SERIES)}] {patch.id}: " in head
+        assert f"Subject: [PATCH {patch.position:04d}] {patch.id}: " in head
         description = (REPO / "patches" / patch.description).read_text()
         assert description.partition("\n")[2].strip() in rest  # the message body, trailers included
         assert "## When it can be dropped" in rest and "\nTested: " in rest
@@ -135,7 +135,7 @@ def test_apply_twice_second_run_says_already_applied_and_changes_nothing(tmp_pat
     first = apply_script("--source", str(root))
     assert first.returncode == 0, first.stdout + first.stderr
     for patch in SERIES:
-        assert f"applied {series_diff.patch_file_name(SERIES.index(patch) + 1, patch)}" in first.stdout
+        assert f"applied {series_diff.patch_file_name(patch.position, patch)}" in first.stdout
         assert (root / "python" / "sglang" / source_form.marker_relpath(patch.id)).is_file()
     assert set(source_form.applied_series(root / "python" / "sglang")) == {p.id for p in SERIES}
     applied = tree_hash(root)
@@ -156,7 +156,7 @@ def _repo_copy_with(tmp_path: Path, edit) -> Path:
 
 
 def test_corrupted_hunk_in_the_last_patch_is_refused_and_the_tree_is_untouched(tmp_path):
-    last = REPO / "patches" / series_diff.patch_file_name(len(SERIES), SERIES[-1])
+    last = REPO / "patches" / series_diff.patch_file_name(SERIES[-1].position, SERIES[-1])
 
     def corrupt(patches: Path):
         text = (patches / last.name).read_text()
@@ -184,7 +184,7 @@ def test_upstream_that_moved_under_a_hunk_is_refused_untouched(tmp_path):
 
 def test_partly_patched_tree_is_refused_untouched(tmp_path):
     root = minimal_checkout(tmp_path)
-    first = REPO / "patches" / series_diff.patch_file_name(1, SERIES[0])
+    first = REPO / "patches" / series_diff.patch_file_name(SERIES[0].position, SERIES[0])
     subprocess.run(["git", "apply", "-p1", str(first)], cwd=root, check=True,
                    env={**subprocess_env(), "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)})
     before = tree_hash(root)
