@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""GSM8K accuracy runner; the same as ``sglang-overlay gsm8k`` (see sglang_overlay/gsm8k_eval.py)."""
+"""GSM8K accuracy runner; the same as ``sglang-overlay gsm8k`` (see sglang_overlay_gsm8k/cli.py).
+
+Works from a checkout without installing it (the repository root goes first on sys.path); needs the
+``gsm8k`` extra (httpx, tqdm, matplotlib) and says what to install, exit 2, when it is missing.
+"""
 
 import sys
 from pathlib import Path

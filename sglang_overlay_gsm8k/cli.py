@@ -8,8 +8,14 @@ writes per-question JSONL, a summary JSON, a Markdown report and two PNGs under
 
 Exit codes: 0 pass; 1 accuracy below ``--min-accuracy`` or more than
 ``--tolerance`` under the baseline; 2 the run could not complete (more than
-``--max-error-rate`` of the questions failed, no server, no data, bad arguments).
-The reason is the last line printed.
+``--max-error-rate`` of the questions failed, no server, no data, bad arguments,
+the ``gsm8k`` extra not installed). The reason is the last line printed.
+
+Invariants: every selected question ends as exactly one record (answered, failed,
+skipped or interrupted); nothing is sent before the arguments, the data and the
+output directory have been checked. Importing this module needs only the standard
+library and rich (a core dependency); the extra's packages (httpx, tqdm,
+matplotlib) are checked when ``main`` runs and imported where used.
 """
 
 from __future__ import annotations
@@ -25,8 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sglang_overlay import __version__
-from sglang_overlay_gsm8k import data, prompts, report
-from sglang_overlay_gsm8k.client import ClientConfig, Outcome, Runner, RunnerError, api_root, discover_model
+from sglang_overlay_gsm8k import data, extra, prompts, report
 
 DEFAULT_BASE_URL = "http://127.0.0.1:30000"
 
@@ -99,8 +104,14 @@ def _progress(total: int, disable: bool):
 
 def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | None]:
     """Load, run, score; returns (summary, records, baseline). Raises ValueError/DataError/RunnerError."""
+    from sglang_overlay_gsm8k.client import ClientConfig, Outcome, Runner, api_root, discover_model
+
     baseline = report.load_baseline(args.baseline) if args.baseline else None
-    data_dir, test, train = data.load(args.data_dir, allow_download=not args.no_download)
+    dataset = data.load(args.data_dir, allow_download=not args.no_download)
+    test, train = dataset.test, dataset.train
+    if dataset.source == data.FIXTURE:
+        print(f"note: {dataset.directory} is sglang-overlay's test fixture ({len(test)} of the "
+              f"{data.TEST_SIZE} test questions), not the full GSM8K", file=sys.stderr, flush=True)
     sample_seed = args.seed if args.seed is not None else 0
     chosen = data.select(test, args.num_questions, args.sample, sample_seed)
     if args.num_shots > len(train):
@@ -134,7 +145,7 @@ def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | Non
         "seed": args.seed, "parallel": args.parallel, "timeout_s": args.timeout, "max_retries": args.max_retries,
         "selection": selection,
         "question_set": hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16],
-        "data_dir": str(data_dir), "data_sha256": data.sha256_file(data_dir / "test.jsonl"),
+        "data_dir": str(dataset.directory), "data_sha256": dataset.test_sha256, "data_source": dataset.source,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "runner": f"sglang-overlay {__version__}",
     }
@@ -186,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     parser = build_parser()
     args = parser.parse_args(argv)
+    failed = extra.missing()
+    if failed:
+        print(extra.advice(failed), flush=True)
+        return report.INCOMPLETE
+    from sglang_overlay_gsm8k.client import RunnerError
+
     try:
         _check_args(args)
         if args.output:  # find an unwritable --output now, not after an hour of requests

@@ -6,10 +6,22 @@ Lookup order for the directory holding ``test.jsonl`` and ``train.jsonl``:
 download of the public ``openai/grade-school-math`` files (MIT; the LICENSE is
 saved beside them) into the cache. Offline with nothing found: a clear error
 naming ``--data-dir``. A directory that was named explicitly but lacks the files
-is an error, never a silent fall-through. When a ``SHA256SUMS`` file lies beside
-the splits (the shared copy has one; a download writes one after checking the
-published hashes) the files are checked against it, so a truncated or edited copy
-is refused before a run; the summary records the test split's SHA-256 either way.
+is an error, never a silent fall-through.
+
+Integrity (``verify``), decided before any request is sent:
+
+- a ``SHA256SUMS`` beside the splits must list both and match both (the shared
+  copy has one; a download writes one after checking the published hashes);
+- the cache is the runner's copy of the published files, so it must hold exactly
+  them (``KNOWN_SHA256``) whether or not its ``SHA256SUMS`` survived;
+- any other directory is accepted and named by what it is: ``published`` (the
+  public files), ``fixture`` (sglang-overlay's committed test excerpt, the first
+  60 test / 400 train lines unchanged), ``SHA256SUMS`` (its own sums matched) or
+  ``unverified`` (a custom set without sums). The summary records that name and
+  the test split's SHA-256, so a baseline from other data is noted.
+
+Cost: one SHA-256 pass over both files (about 5 MB for the full splits, some ms),
+then one JSON parse per line.
 """
 
 from __future__ import annotations
@@ -20,9 +32,9 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from sglang_overlay_gsm8k.scoring import GoldAnswerError, gold_answer
-from sglang_overlay.core.lockfile import sha256_file
 
 ENV_DIR = "SGLANG_OVERLAY_GSM8K_DIR"
 SPLITS = ("test.jsonl", "train.jsonl")
@@ -37,7 +49,14 @@ KNOWN_SHA256 = {
     "test.jsonl": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
     "train.jsonl": "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
 }
+# sglang-overlay's committed fixture (tests/data/gsm8k): the first 60 test / 400 train lines of the public files.
+FIXTURE_SHA256 = {
+    "test.jsonl": "4a665a79d70d7d83f14400fdb75f421e201ce1ae8ec94fa87157e5a3feae75aa",
+    "train.jsonl": "2be6fd98da24d03023c1fbcf78d674753821c1a630764e78e156bf842c113a1b",
+}
 TEST_SIZE = 1319
+# What verify() says about a directory, strongest first.
+PUBLISHED, FIXTURE, OWN_SUMS, UNVERIFIED = "published", "fixture", "SHA256SUMS", "unverified"
 
 
 class DataError(RuntimeError):
@@ -51,9 +70,22 @@ class Problem:
     answer: str  # the full worked answer, ending in "#### N"
 
 
+class Dataset(NamedTuple):
+    directory: Path
+    test: list[Problem]
+    train: list[Problem]
+    source: str  # PUBLISHED, FIXTURE, OWN_SUMS or UNVERIFIED
+    test_sha256: str
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "sglang-overlay" / "gsm8k"
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _has_splits(path: Path) -> bool:
@@ -71,17 +103,35 @@ def _expected_hashes(directory: Path) -> dict[str, str]:
     return out
 
 
-def verify(directory: Path) -> None:
-    """Refuse split files whose SHA-256 differs from the one in ``SHA256SUMS`` (when there is one)."""
-    expected = _expected_hashes(directory)
-    for name in SPLITS:
-        want = expected.get(name)
-        if want is None:
-            continue
-        got = sha256_file(directory / name)
-        if got != want:
-            raise DataError(f"{directory / name}: sha256 {got} is not the expected {want} "
-                            "(truncated or modified copy?); delete it or point --data-dir at a good copy")
+def _refuse(path: Path, got: str, want: str, why: str) -> DataError:
+    return DataError(f"{path}: sha256 {got} is not the expected {want} ({why}); "
+                     "delete it or point --data-dir at a good copy")
+
+
+def verify(directory: Path, *, published_only: bool = False) -> tuple[str, dict[str, str]]:
+    """(source, sha256 per split) for the splits in ``directory``; DataError when they fail a check.
+
+    ``published_only``: the directory is the runner's cache and must hold the published files."""
+    got = {name: sha256_file(directory / name) for name in SPLITS}
+    has_sums = (directory / "SHA256SUMS").is_file()
+    if has_sums:
+        expected = _expected_hashes(directory)
+        unlisted = [name for name in SPLITS if name not in expected]
+        if unlisted:
+            raise DataError(f"{directory / 'SHA256SUMS'} lists no sha256 for {' or '.join(unlisted)}: "
+                            "a sums file that checks only part of the data is refused; fix or delete it")
+        for name in SPLITS:
+            if got[name] != expected[name]:
+                raise _refuse(directory / name, got[name], expected[name], "truncated or modified copy?")
+    if got == KNOWN_SHA256:
+        return PUBLISHED, got
+    if published_only:
+        name = next(n for n in SPLITS if got[n] != KNOWN_SHA256[n])
+        raise _refuse(directory / name, got[name], KNOWN_SHA256[name],
+                      "the runner's cache holds only the published openai/grade-school-math files")
+    if got == FIXTURE_SHA256:
+        return FIXTURE, got
+    return (OWN_SUMS if has_sums else UNVERIFIED), got
 
 
 def download(dest: Path, client=None, timeout_s: float = 60.0) -> Path:
@@ -154,12 +204,13 @@ def read_split(path: Path) -> list[Problem]:
     return problems
 
 
-def load(data_dir: str | None = None, allow_download: bool = True, check: bool = True) -> tuple[Path, list[Problem], list[Problem]]:
-    """(directory, test problems, train problems)."""
+def load(data_dir: str | None = None, allow_download: bool = True) -> Dataset:
+    """Locate, verify and read both splits (the cache must hold the published files)."""
     directory = locate(data_dir, allow_download=allow_download)
-    if check:
-        verify(directory)
-    return directory, read_split(directory / "test.jsonl"), read_split(directory / "train.jsonl")
+    is_cache = directory.resolve() == cache_dir().resolve()
+    source, hashes = verify(directory, published_only=is_cache)
+    return Dataset(directory, read_split(directory / "test.jsonl"), read_split(directory / "train.jsonl"),
+                   source, hashes["test.jsonl"])
 
 
 def select(test: list[Problem], num_questions: int | None = None, sample: int | None = None,

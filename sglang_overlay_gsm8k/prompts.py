@@ -5,6 +5,9 @@ Completions: k worked examples ``"Question: ...\\nAnswer: ...\\n\\n"`` then
 "Question:" (as ``sglang.test.few_shot_gsm8k`` does, but with the shots drawn from
 the train split so no test question is shown to the model). Chat: the same shots
 as user/assistant turns, the question as the last user turn.
+
+Invariants: no test question appears in the shots; the prefix is built once per run
+and shared by every completion prompt. Cost: string concatenation; standard library only.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ requests that succeeded. Exit codes: 0 pass, 1 below ``--min-accuracy`` or more
 than ``--tolerance`` under the baseline, 2 incomplete (more than
 ``--max-error-rate`` of the questions failed, or the run was interrupted), with the
 reason printed last.
+
+Invariants: every record is scored from its gold ``#### N`` (a failed request is
+never parsed); the verdict reads only the summary. Cost: linear in the records
+(one sort for the percentiles); the PNGs need matplotlib (the gsm8k extra).
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ import math
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sglang_overlay_gsm8k.client import Outcome
 from sglang_overlay_gsm8k.data import Problem
 from sglang_overlay_gsm8k.scoring import extract_prediction, format_number, gold_answer, same_number
+
+if TYPE_CHECKING:  # the client needs httpx (the gsm8k extra); scoring only reads an Outcome's fields
+    from sglang_overlay_gsm8k.client import Outcome
 
 PASS, REGRESSION, INCOMPLETE = 0, 1, 2
 
@@ -217,7 +224,8 @@ def markdown(summary: dict, records: list[Record], verdict_line: str | None) -> 
               f"{' (streamed)' if cfg.get('stream') else ''}",
               f"- {cfg.get('num_shots')} shots from the train split, temperature {cfg.get('temperature')}, "
               f"max tokens {cfg.get('max_tokens')}, parallel {cfg.get('parallel')}",
-              f"- questions: {cfg.get('selection')}; data sha256 `{str(cfg.get('data_sha256'))[:16]}`",
+              f"- questions: {cfg.get('selection')}; data {cfg.get('data_source', 'of unrecorded source')}, "
+              f"sha256 `{str(cfg.get('data_sha256'))[:16]}`",
               f"- started {cfg.get('started_at')}", ""]
     if verdict_line:
         lines += [f"**{verdict_line}**", ""]
@@ -235,14 +243,12 @@ def markdown(summary: dict, records: list[Record], verdict_line: str | None) -> 
 
 
 def plot(out_dir: Path, records: list[Record], summary: dict, baseline: dict | None) -> list[Path]:
-    """accuracy.png (running accuracy over question position) and latency.png; [] without matplotlib."""
-    try:
-        import matplotlib
+    """accuracy.png (running accuracy over question position) and latency.png (matplotlib: the gsm8k extra)."""
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     written = []
     running, correct = [], 0
     for k, r in enumerate(records, 1):

@@ -14,11 +14,12 @@ from sglang_overlay_gsm8k.scoring import (
     gold_answer,
     same_number,
 )
-from tests.conftest import GSM8K_DIR
+from tests.conftest import GSM8K_DIR, full_gsm8k_dir
+from tests.gsm8k.full_splits import needs_full_gsm8k
 
 
-def _rows(split):
-    with open(GSM8K_DIR / split, encoding="utf-8") as fh:
+def _rows(directory, split):
+    with open(directory / split, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 
@@ -26,10 +27,7 @@ def _final(answer: str) -> str:
     return answer.rsplit("####", 1)[1].strip()
 
 
-@pytest.mark.parametrize("split,count", [("test.jsonl", 1319), ("train.jsonl", 7473)])
-def test_every_gold_answer_extracts_to_itself(split, count):
-    rows = _rows(split)
-    assert len(rows) == count
+def _check_every_gold_answer(rows):
     for row in rows:
         gold = gold_answer(row["answer"])
         written = Decimal(_final(row["answer"]).replace(",", ""))
@@ -39,6 +37,21 @@ def test_every_gold_answer_extracts_to_itself(split, count):
         body = row["answer"].rsplit("####", 1)[0]
         assert extract_prediction(body + f"The answer is {_final(row['answer'])}.") == (gold, "answer-is")
         assert extract_prediction(f"so the total is {_final(row['answer'])}") == (gold, "last-number")
+
+
+@pytest.mark.parametrize("split,count", [("test.jsonl", 60), ("train.jsonl", 400)])
+def test_every_gold_answer_of_the_fixture_extracts_to_itself(split, count):
+    rows = _rows(GSM8K_DIR, split)
+    assert len(rows) == count
+    _check_every_gold_answer(rows)
+
+
+@needs_full_gsm8k("extracts every one of the 8,792 published gold answers (the fixture has 460 of them)")
+@pytest.mark.parametrize("split,count", [("test.jsonl", 1319), ("train.jsonl", 7473)])
+def test_every_gold_answer_of_the_full_splits_extracts_to_itself(split, count):
+    rows = _rows(full_gsm8k_dir(), split)
+    assert len(rows) == count
+    _check_every_gold_answer(rows)
 
 
 REAL_LOOKING = [

@@ -14,7 +14,8 @@ questions named in the JSON plan in ``$GSM8K_SCRIPT_PLAN``::
 
 Attempts are counted per (question, endpoint, streamed or not) in this process, so
 every run that retries each flaky question once sees "abort, then success". The data directory is
-``$GSM8K_SCRIPT_DATA`` (default: the shared copy beside the repository).
+``$GSM8K_SCRIPT_DATA`` (default: the committed fixture, tests/data/gsm8k; the full splits'
+questions are the fixture's and more, in the same order, so a plan for the fixture holds there too).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-_DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
+_DEFAULT_DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "gsm8k"
 _QUESTIONS: dict[str, int] = {}
 _ANSWERS: list[str] = []
 _PLAN: dict | None = None
