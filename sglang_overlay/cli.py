@@ -361,6 +361,57 @@ def run_launch(args: list[str]) -> int:
     return 0  # not reached
 
 
+def _demo_tooling():
+    """The CPU stand-ins and tiny-model builder live with the test tooling of a checkout, never in what a
+    GPU user installs: the demo runs from a checkout only."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "tests" / "support" / "real_server" / "server.py").is_file():
+        raise SystemExit("sglang-overlay demo runs from a checkout of sglang-overlay (it uses the test tooling's "
+                         "CPU stand-ins for sgl_kernel); on a GPU host use: sglang-overlay launch --model-path ...")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from tests.support.real_server import server
+
+    return server
+
+
+def run_demo(tokenizer_workers: int, log_dir: str | None) -> int:
+    """A patched server on the CPU with the tiny offline model: URL and per-process status, until Ctrl-C."""
+    import signal
+    import time
+
+    server_tools = _demo_tooling()
+    logs = Path(log_dir or tempfile.mkdtemp(prefix="sglang-overlay-demo-"))
+    console.print(f"building the tiny offline model and starting a patched server (log: {logs}) ...")
+    config = server_tools.ServerConfig(overlay=True, launcher="overlay", tokenizer_workers=tokenizer_workers)
+    try:
+        server = server_tools.start_server(config, logs)
+    except server_tools.ServerStartError as exc:
+        err_console.print(f"[red]sglang-overlay demo: the server did not start: {exc}[/red]")
+        return 1
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    try:
+        console.print(f"[green]serving at {server.url}[/] (ready in {server.time_to_ready:.0f} s; OpenAI API at "
+                      f"{server.url}/v1, model: the tiny random-weight model, so answers are noise)")
+        run_status(server.url, as_json=False)
+        import urllib.request
+
+        with urllib.request.urlopen(f"{server.url}/v1/models", timeout=30) as reply:
+            model = json.load(reply)["data"][0]["id"]
+        body = json.dumps({"model": model, "prompt": "Question: 2+2?", "max_tokens": 8})
+        console.print(f"try: curl {server.url}/v1/completions -H 'Content-Type: application/json' -d '{body}'")
+        console.print("Ctrl-C stops the server")
+        while not stop["now"] and server.process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        left = server.stop()
+        console.print(f"server stopped{'; killed leftovers ' + str(left) if left else ''}")
+    return 0 if stop["now"] or server.process.returncode in (0, -15, -2, None) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglang-overlay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
@@ -386,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="per process of a running local server: is the overlay there, which patches")
     p.add_argument("--url", required=True, help="the server's URL, e.g. http://127.0.0.1:30000")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("demo", help="CPU-only try-out: a patched server on a tiny offline model (from a checkout)")
+    p.add_argument("--tokenizer-worker-num", type=int, default=1, help="SGLang's tokenizer workers (default 1)")
+    p.add_argument("--log-dir", help="where the server log goes (default: a new temporary folder)")
     p = sub.add_parser("process-hook", help="the .pth hook that enters processes SGLang starts without load_plugins()")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--install", action="store_true", help="write it into this environment's site-packages")
@@ -408,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {
         "check": lambda: run_check(args.json),
         "status": lambda: run_status(args.url, args.json),
+        "demo": lambda: run_demo(args.tokenizer_worker_num, args.log_dir),
         "process-hook": lambda: run_process_hook(args.install, args.json),
         "lock": lambda: run_lock(args.wheel, args.check, args.include_extra, args.json),
         "rebase-check": lambda: run_rebase_check(args.to, args.wheel, args.json),

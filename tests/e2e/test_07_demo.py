@@ -1,0 +1,71 @@
+"""`sglang-overlay demo`: the README's one command for a CPU-only try-out. It starts a patched server on
+the tiny offline model, prints the URL and the per-process status, serves, and stops cleanly on Ctrl-C
+(no process of the launch left)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import REPO, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+
+def _read_until(proc, pattern: str, timeout_s: float, seen: list[str]) -> re.Match:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            if proc.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            return match
+    raise AssertionError(f"no {pattern!r} within {timeout_s:.0f} s:\n{''.join(seen)[-4000:]}")
+
+
+def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model, tmp_path):
+    env = subprocess_env(COLUMNS="200")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sglang-overlay"), "demo", "--tokenizer-worker-num", "2",
+                             "--log-dir", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen: list[str] = []
+    try:
+        url = _read_until(proc, r"serving at (http://127\.0\.0\.1:\d+)", 400, seen).group(1)
+        _read_until(proc, r"OK: every process that runs patched code has the overlay", 60, seen)
+        _read_until(proc, r"try: curl", 30, seen)
+        _read_until(proc, r"Ctrl-C stops the server", 30, seen)
+        table = "".join(seen)
+        assert "tokenizer_worker" in table and "scheduler" in table, table[-3000:]
+        model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+        assert f'"model": "{model}"' in "".join(seen)  # the printed curl line works as printed
+        reply = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": "Question: 2+2?",
+                                                          "max_tokens": 4}, timeout=120)
+        assert reply.status_code == 200 and reply.json()["choices"][0]["text"] is not None
+        launched = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(launched) >= 4  # launcher, server, scheduler, detokenizer, workers
+        os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground command
+        assert proc.wait(timeout=120) == 0, "".join(seen)[-3000:]
+        rest = proc.stdout.read()
+        assert "server stopped" in rest and "killed leftovers" not in rest, rest
+        time.sleep(1)
+        alive = [pid for pid in launched if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert alive == [], alive
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{url}/health", timeout=5)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
