@@ -102,44 +102,19 @@ def _progress(total: int, disable: bool):
     return tqdm(total=total, desc="gsm8k", unit="q", disable=disable, dynamic_ncols=True, file=sys.stderr)
 
 
-def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | None]:
-    """Load, run, score; returns (summary, records, baseline). Raises ValueError/DataError/RunnerError."""
-    from sglang_overlay_gsm8k.client import ClientConfig, Outcome, Runner, api_root, discover_model
-
-    baseline = report.load_baseline(args.baseline) if args.baseline else None
-    dataset = data.load(args.data_dir, allow_download=not args.no_download)
-    test, train = dataset.test, dataset.train
-    if dataset.source == data.FIXTURE:
-        print(f"note: {dataset.directory} is sglang-overlay's test fixture ({len(test)} of the "
-              f"{data.TEST_SIZE} test questions), not the full GSM8K", file=sys.stderr, flush=True)
-    sample_seed = args.seed if args.seed is not None else 0
-    chosen = data.select(test, args.num_questions, args.sample, sample_seed)
-    if args.num_shots > len(train):
-        raise ValueError(f"--num-shots {args.num_shots}: the train split has {len(train)}")
-    shots = train[: args.num_shots]
-    by_index = {p.index: p for p in chosen}
-
+def _body_maker(args: argparse.Namespace, shots, by_index: dict):
+    """The request body of question ``i`` for the chosen mode (the few-shot prefix built once)."""
     if args.mode == "completions":
         prefix = prompts.few_shot_prefix(shots)
+        return lambda i: {"prompt": prompts.completion_prompt(prefix, by_index[i])}
+    return lambda i: {"messages": prompts.chat_messages(shots, by_index[i], args.system_prompt)}
 
-        def body_for(i: int) -> dict:
-            return {"prompt": prompts.completion_prompt(prefix, by_index[i])}
-    else:
-        def body_for(i: int) -> dict:
-            return {"messages": prompts.chat_messages(shots, by_index[i], args.system_prompt)}
 
-    cfg = ClientConfig(
-        base_url=args.base_url, mode=args.mode, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
-        model=args.model, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
-        stop=prompts.STOP, stream=args.stream, parallel=args.parallel, timeout_s=args.timeout,
-        max_retries=args.max_retries, backoff_s=args.retry_backoff, give_up_after=args.give_up_after,
-    )
-    if not cfg.model:
-        cfg.model = asyncio.run(discover_model(cfg))
-    ids = [p.index for p in chosen]
-    selection = (f"sample of {args.sample} (seed {sample_seed})" if args.sample is not None
-                 else f"first {len(chosen)}")
-    config = {
+def _run_config(args: argparse.Namespace, cfg, dataset, ids: list[int], selection: str) -> dict:
+    """What summary.json records about the run, so baselines compare like with like."""
+    from sglang_overlay_gsm8k.client import api_root
+
+    return {
         "base_url": api_root(args.base_url), "model": cfg.model, "mode": args.mode, "stream": args.stream,
         "num_shots": args.num_shots, "max_tokens": args.max_tokens, "temperature": args.temperature,
         "seed": args.seed, "parallel": args.parallel, "timeout_s": args.timeout, "max_retries": args.max_retries,
@@ -150,8 +125,14 @@ def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | Non
         "runner": f"sglang-overlay {__version__}",
     }
 
+
+def _ask_all(cfg, body_for, ids: list[int], by_index: dict, no_progress: bool):
+    """Ask every question; Ctrl-C keeps the answers so far and records the rest as interrupted.
+    Returns (records in ``ids`` order, wall seconds, interrupted)."""
+    from sglang_overlay_gsm8k.client import Outcome, Runner
+
     records: dict[int, report.Record] = {}
-    bar = _progress(len(ids), args.no_progress)
+    bar = _progress(len(ids), no_progress)
     tally = {"correct": 0, "errors": 0}
 
     def on_done(out: Outcome) -> None:
@@ -175,7 +156,38 @@ def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | Non
         if i not in records:
             records[i] = report.score(by_index[i], Outcome(i, error="interrupted",
                                                            error_message="run interrupted (Ctrl-C) before an answer"))
-    ordered = [records[i] for i in ids]
+    return [records[i] for i in ids], wall, interrupted
+
+
+def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | None]:
+    """Load, run, score; returns (summary, records, baseline). Raises ValueError/DataError/RunnerError."""
+    from sglang_overlay_gsm8k.client import ClientConfig, discover_model
+
+    baseline = report.load_baseline(args.baseline) if args.baseline else None
+    dataset = data.load(args.data_dir, allow_download=not args.no_download)
+    test, train = dataset.test, dataset.train
+    if dataset.source == data.FIXTURE:
+        print(f"note: {dataset.directory} is sglang-overlay's test fixture ({len(test)} of the "
+              f"{data.TEST_SIZE} test questions), not the full GSM8K", file=sys.stderr, flush=True)
+    sample_seed = args.seed if args.seed is not None else 0
+    chosen = data.select(test, args.num_questions, args.sample, sample_seed)
+    if args.num_shots > len(train):
+        raise ValueError(f"--num-shots {args.num_shots}: the train split has {len(train)}")
+    by_index = {p.index: p for p in chosen}
+    cfg = ClientConfig(
+        base_url=args.base_url, mode=args.mode, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+        model=args.model, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
+        stop=prompts.STOP, stream=args.stream, parallel=args.parallel, timeout_s=args.timeout,
+        max_retries=args.max_retries, backoff_s=args.retry_backoff, give_up_after=args.give_up_after,
+    )
+    if not cfg.model:
+        cfg.model = asyncio.run(discover_model(cfg))
+    ids = [p.index for p in chosen]
+    selection = (f"sample of {args.sample} (seed {sample_seed})" if args.sample is not None
+                 else f"first {len(chosen)}")
+    config = _run_config(args, cfg, dataset, ids, selection)
+    ordered, wall, interrupted = _ask_all(cfg, _body_maker(args, train[: args.num_shots], by_index), ids, by_index,
+                                          args.no_progress)
     summary = report.summarize(ordered, wall, config)
     summary["interrupted"] = interrupted
     return summary, ordered, baseline
