@@ -416,35 +416,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglang-overlay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("check", help="verify every patch against the installed upstream")
-    p.add_argument("--json", action="store_true")
-    p = sub.add_parser("lock", help="regenerate patches/upstream.lock from the installed upstream")
+
+    def command(name: str, help: str, reports: bool = True, *either: tuple[str, str]):
+        """A subcommand; ``reports`` adds --json; ``either`` adds a required choice of flags (flag, help)."""
+        p = sub.add_parser(name, help=help)
+        if either:
+            g = p.add_mutually_exclusive_group(required=True)
+            for flag, text in either:
+                g.add_argument(flag, action="store_true", help=text)
+        if reports:
+            p.add_argument("--json", action="store_true", help="print the report as JSON")
+        return p
+
+    command("check", "verify every patch against the installed upstream")
+    p = command("lock", "regenerate patches/upstream.lock from the installed upstream")
     p.add_argument("--wheel", help="the pinned wheel file, to record its sha256 (needed for a new version)")
     p.add_argument("--check", action="store_true", help="compare only; exit 1 when the lock differs")
     p.add_argument("--include-extra", action="store_true", help=f"also lock patches from {settings.EXTRA_PATCHES}")
-    p.add_argument("--json", action="store_true")
-    p = sub.add_parser("rebase-check", help="report which targets another upstream release changed")
+    p = command("rebase-check", "report which targets another upstream release changed")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--to", metavar="VERSION", help="pip download --no-deps sglang==VERSION")
     g.add_argument("--wheel", metavar="FILE", help="a local sglang wheel")
-    p.add_argument("--json", action="store_true")
-    p = sub.add_parser("series", help="regenerate or verify the diff series (patches/*.patch) against the installed upstream")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--write", action="store_true", help="regenerate patches/series and patches/NNNN-<id>.patch")
-    g.add_argument("--check", action="store_true", help="exit 1 when the committed series differs from the generated one")
+    p = command("series", "regenerate or verify the diff series (patches/*.patch) against the installed upstream", True,
+                ("--write", "regenerate patches/series, patches/NNNN-<id>.patch and the README's tables"),
+                ("--check", "exit 1 when the committed series differs from the generated one"))
     p.add_argument("--upstream", metavar="DIR", help="a pristine sglang package directory (default: the installed one)")
-    p.add_argument("--json", action="store_true")
-    p = sub.add_parser("status", help="per process of a running local server: is the overlay there, which patches")
+    p = command("status", "per process of a running local server: is the overlay there, which patches")
     p.add_argument("--url", required=True, help="the server's URL, e.g. http://127.0.0.1:30000")
-    p.add_argument("--json", action="store_true")
-    p = sub.add_parser("demo", help="CPU-only try-out: a patched server on a tiny offline model (from a checkout)")
+    p = command("demo", "CPU-only try-out: a patched server on a tiny offline model (from a checkout)", False)
     p.add_argument("--tokenizer-worker-num", type=int, default=1, help="SGLang's tokenizer workers (default 1)")
     p.add_argument("--log-dir", help="where the server log goes (default: a new temporary folder)")
-    p = sub.add_parser("process-hook", help="the .pth hook that enters processes SGLang starts without load_plugins()")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--install", action="store_true", help="write it into this environment's site-packages")
-    g.add_argument("--check", action="store_true", help="exit 1 when it is not installed")
-    p.add_argument("--json", action="store_true")
+    command("process-hook", "the .pth hook that enters processes SGLang starts without load_plugins()", True,
+            ("--install", "write it into this environment's site-packages"),
+            ("--check", "exit 1 when it is not installed"))
     sub.add_parser("launch", help="verify, then run sglang.launch_server with the remaining arguments", add_help=False)
     sub.add_parser("gsm8k", help="GSM8K accuracy runner against an OpenAI-compatible server", add_help=False)
     return parser
