@@ -15,6 +15,10 @@ width), and every command that reports takes ``--json``.
 - ``rebase-check --to VERSION | --wheel FILE``: would the patches survive another upstream?
 - ``gsm8k ARGS``: the GSM8K accuracy runner (scripts/gsm8k_eval.py).
 - ``series --write | --check``: regenerate or verify the diff series (patches/*.patch).
+
+Invariants: ``launch`` refuses (exit 2) whatever ``check`` would not call OK; commands that write
+(``lock``, ``series --write``, ``process-hook --install``) write only their own files. Cost: each
+command is one process; only ``rebase-check --to`` touches the network (pip download).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ refused start-up. Cost: none (no imports beyond the standard library).
   serving unpatched.
 - ``RegistryError``: a patch declaration is malformed (a bug in the overlay, not
   upstream drift).
+
+Invariants: this module imports nothing of the overlay.
 """
 
 from __future__ import annotations

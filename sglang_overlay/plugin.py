@@ -5,6 +5,10 @@ every scheduler process (processes it starts without that call are entered throu
 ``core.processes``). ``load_plugins`` swallows ``Exception``s from plugins, so
 verification failures leave here as ``OverlayStartupError`` (a ``SystemExit``):
 start-up ends with the message instead of running unpatched.
+
+Invariants: whatever makes apply() fail leaves here as ``OverlayStartupError``; the process's
+role for its INFO line comes from the function that called ``load_plugins()``. Cost: what
+``core.hooking.apply`` costs (a few milliseconds).
 """
 
 from __future__ import annotations

@@ -8,4 +8,7 @@
 - ``settings``: the core's environment variables and the readers patches use for theirs.
 
 The core knows patches only through the registry. Importing it imports neither torch nor sglang.
+
+Invariants: no module here imports a patch's implementation; only ``hooking`` resolves hooks.
+Cost: importing the core reads no file (the lock is read on first use).
 """

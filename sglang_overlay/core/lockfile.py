@@ -10,6 +10,10 @@ and the tests all read it. JSON, sorted, one target per entry::
                                          "hook_type": "AROUND", "fingerprint": "sha256:..."}}}
 
 ``sglang-overlay lock`` regenerates it from the installed upstream.
+
+Invariants: the lock is the only place the pin lives; JSON sorted, so regenerating an unchanged
+upstream is byte-identical; a hand-edited fingerprint breaks its module's seal. Cost: one small
+JSON read per process.
 """
 
 from __future__ import annotations

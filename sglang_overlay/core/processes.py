@@ -26,6 +26,10 @@ that ``sglang-overlay status --url`` reads per process of a running server.
 Cost: the ``.pth`` line is one environment lookup per interpreter start; in a marked
 child, one string test per import until the first target module; a record write
 (a few hundred bytes) when the process's hooks change.
+
+Invariants: a process is entered once (``apply`` is idempotent); nothing happens in a process
+that is not a descendant of an overlay process; a record never outlives its process (removed at
+exit, and ``status`` ignores a record older than the process holding its pid).
 """
 
 from __future__ import annotations

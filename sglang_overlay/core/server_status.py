@@ -14,6 +14,9 @@ answer not OK. Processes that run no patched target (detokenizer, DP controller,
 helpers) are listed as such. Local only: the records are files on this host.
 
 Cost: one ``psutil`` scan of the listening sockets and one small file read per process.
+
+Invariants: read-only (it never signals or changes a process); OK only when every expected
+process has a fresh record without skipped patches.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ launchers can set them per process. A patch's own knobs live in its folder
 (``patches/<id>/settings.py``), are declared as ``Knob``s on its ``Patch``, and
 are read with :func:`flag` / :func:`number` from here. A malformed value is a
 ``ValueError`` naming the variable (start-up refuses; nothing is guessed).
+
+Invariants: no variable is read at import; a malformed value is an error, never a default.
+Cost: one environment lookup per read.
 """
 
 from __future__ import annotations

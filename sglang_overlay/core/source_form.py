@@ -20,6 +20,11 @@ then: a disabled patch passes straight through to upstream.
 Each patch also adds a marker file ``sglang/srt/_sglang_overlay_series/<id>.py``
 (read statically, never imported): the runtime application keeps its hooks off
 for the patches it lists, and ``sglang-overlay check`` verifies them instead.
+
+Invariants: one wrapper per target, built by SGLang's own ``_wrap_fn`` around the upstream
+definition (so both forms run the same hook); a disabled patch passes straight through; markers
+are read statically, never imported. Cost: marker files are parsed once per ``check``/start-up;
+at run time the wrapper costs what the runtime form's wrapper costs.
 """
 
 from __future__ import annotations
