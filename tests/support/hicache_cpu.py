@@ -60,14 +60,14 @@ class CpuCopyTransferEngine(L2TransferEngine):
     def submit_device_to_host(self, transfers):
         start = self._event()
         for t in transfers:
-            dev = t.device_indices.to("cpu", torch.int64)
+            dev = t.device_indices.to(t.device_pool.k_buffer[0].device, torch.int64)
             host = t.host_indices.to("cpu", torch.int64)
             for layer in range(t.host_pool.layer_num):
                 for src, dst in (
                     (t.device_pool.k_buffer[layer], t.host_pool.k_data_refs[layer]),
                     (t.device_pool.v_buffer[layer], t.host_pool.v_data_refs[layer]),
                 ):
-                    dst.index_copy_(0, host, src.index_select(0, dev))
+                    dst.index_copy_(0, host, src.index_select(0, dev).to(dst.device))
             self.rows_to_host += len(dev)
         return TransferCompletion(start, self._event(), False)
 
@@ -75,13 +75,13 @@ class CpuCopyTransferEngine(L2TransferEngine):
         start = self._event()
         for layer in range(layer_num):
             for t in transfers:
-                dev = t.device_indices.to("cpu", torch.int64)
+                dev = t.device_indices.to(t.device_pool.k_buffer[layer].device, torch.int64)
                 host = t.host_indices.to("cpu", torch.int64)
                 for src, dst in (
                     (t.host_pool.k_data_refs[layer], t.device_pool.k_buffer[layer]),
                     (t.host_pool.v_data_refs[layer], t.device_pool.v_buffer[layer]),
                 ):
-                    dst.index_copy_(0, dev, src.index_select(0, host))
+                    dst.index_copy_(0, dev, src.index_select(0, host).to(dst.device))
                 if layer == 0:
                     self.rows_to_device += len(dev)
             if on_layer_done is not None:
@@ -144,12 +144,16 @@ def build_cpu_hicache(
     layers: int = LAYERS,
     heads: int = HEADS,
     head_dim: int = HEAD_DIM,
+    device: str = "cpu",
 ):
     """A real HiRadixCache on the CPU; page-interleaved when ``shard_size > 1``.
 
     ``shard_size == 1`` builds upstream's plain paged allocator (the
     page-interleaved allocator requires N > 1): the patch must then keep
-    upstream's behaviour exactly.
+    upstream's behaviour exactly. ``device="cuda"`` puts the device KV pool and
+    the allocator's index tensors on the GPU (the host pool and the stand-in copy
+    engine stay as they are); only ``scripts/bench_owner_lanes.py --device cuda``
+    uses it.
     """
     publish_cpu_runtime()
     group = ensure_gloo_group()
@@ -162,17 +166,17 @@ def build_cpu_hicache(
         head_num=heads,
         head_dim=head_dim,
         layer_num=layers,
-        device="cpu",
+        device=device,
         enable_memory_saver=False,
         enable_alt_stream=False,
     )
     if shard_size > 1:
         allocator = PageInterleavePoolAllocator(
-            per_rank_slots, page_size, shard_size, torch.int64, "cpu", kv, need_sort
+            per_rank_slots, page_size, shard_size, torch.int64, device, kv, need_sort
         )
     else:
         allocator = PagedTokenToKVPoolAllocator(
-            per_rank_slots, page_size, torch.int64, "cpu", kv, need_sort
+            per_rank_slots, page_size, torch.int64, device, kv, need_sort
         )
     params = CacheInitParams(
         disable=False,
@@ -223,9 +227,10 @@ def row_content(tokens: torch.Tensor, layer: int, which: int, heads: int, dim: i
 def write_rows(cache, indices: torch.Tensor, tokens) -> None:
     kv = cache.kv_cache
     toks = torch.tensor(list(tokens), dtype=torch.int64)
+    dev = kv.k_buffer[0].device
     for layer in range(kv.layer_num):
-        kv.k_buffer[layer][indices] = row_content(toks, layer, 0, kv.head_num, kv.head_dim)
-        kv.v_buffer[layer][indices] = row_content(toks, layer, 1, kv.head_num, kv.head_dim)
+        kv.k_buffer[layer][indices] = row_content(toks, layer, 0, kv.head_num, kv.head_dim).to(dev)
+        kv.v_buffer[layer][indices] = row_content(toks, layer, 1, kv.head_num, kv.head_dim).to(dev)
 
 
 def rows_match(cache, indices: torch.Tensor, tokens) -> bool:

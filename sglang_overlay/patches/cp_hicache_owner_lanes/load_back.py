@@ -5,7 +5,9 @@ Upstream ``HiRadixCache.load_back`` asks the controller for a plain ``alloc()``
 ``evict(num_tokens)``, which frees tokens by LRU regardless of owner. This
 replacement, active only when the device allocator is page-interleaved:
 
-1. computes the pages the evicted chain needs per owner lane from node metadata;
+1. computes the pages the evicted chain needs per owner lane from node metadata,
+   as one cyclic run on the chain's rotation: the resident ancestor's base, so a
+   host suffix stored under another base comes back congruent with its prefix;
 2. plans owner-lane eviction on the CPU (:mod:`.planner`) and, if the plan covers
    every deficit, evicts exactly the planned leaves through upstream's own
    primitives (``_evict_backuped``/``_evict_regular`` on write-through,
@@ -13,7 +15,9 @@ replacement, active only when the device allocator is page-interleaved:
    so sizes, locks, host protection, kv events and metrics stay upstream's;
 3. draws the chain's pages from their owner classes with upstream's
    ``alloc_extend`` (position-page ``P`` from class ``(b + P) % N``, all or
-   nothing) and queues the host-to-device copy on the controller's load queue.
+   nothing; the ancestor's real last slot feeds upstream's debug congruence
+   check), queues the host-to-device copy on the controller's load queue and
+   stamps the loaded nodes with the run they were allocated as.
 
 If the plan cannot cover every deficit nothing is evicted, every lock and host
 protection taken is released and the request proceeds as a cache miss.
@@ -23,10 +27,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import counters as ctr
-from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, lane_need, plan_owner_lane_eviction
+from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
+from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, need_of, plan_owner_lane_eviction
 from sglang_overlay.patches.cp_hicache_owner_lanes.state import ensure_meta, state_of
 
 logger = logging.getLogger("sglang_overlay.patches.cp_hicache_owner_lanes")
@@ -42,47 +47,52 @@ def load_back_hook(original, self, node, mem_quota=None):
 # --------------------------------------------------------------------------- allocation
 
 
-def chain_segments(metas: Sequence) -> List[tuple]:
-    """Group node metadata into cyclic runs: (rotation_base, start_page, num_pages)."""
-    segments: List[list] = []
-    prev = None
-    for meta in metas:
-        if (
-            prev is not None
-            and meta.first_owner == prev.next_owner
-            and meta.start_page == prev.start_page + prev.num_pages
-        ):
-            segments[-1][2] += meta.num_pages
-        else:
-            segments.append([meta.rotation_base, meta.start_page, meta.num_pages])
-        prev = meta
-    return [tuple(s) for s in segments]
+def chain_metas(cache, state, ancestor, nodes_to_load) -> list:
+    """Metadata the loaded pages must have: one cyclic run that continues the chain.
+
+    Under a resident ancestor the run takes the ancestor's rotation base (its
+    metadata tracks its real pages), so the request's whole chain stays on one
+    rotation even when the host nodes were stored under another base (the prefix
+    was recomputed on a different rotation while they sat on host). From the
+    root the run keeps the first node's own base. Host-only: Python attributes.
+    """
+    metas = [ensure_meta(cache, state, n) for n in nodes_to_load]
+    if ancestor is cache.root_node:
+        base = metas[0].rotation_base
+    else:
+        base = ensure_meta(cache, state, ancestor).rotation_base
+    n = state.shard_size
+    return [
+        m if m.rotation_base == base else md.CpHiCacheNodeMetadata.for_chain(n, base, m.start_page, m.num_pages)
+        for m in metas
+    ]
 
 
-def alloc_owner_classed(allocator, metas: Sequence):
+def alloc_owner_classed(allocator, metas: Sequence, last_loc=None):
     """Device indices for ``metas``' pages, each page from its owner class; None if short.
 
-    Goes through upstream's ``alloc_extend``: one "request" per cyclic run, the
-    run's rotation base as its base and its first position-page as its prefix,
-    so the allocator's own per-class supply check makes it all or nothing.
+    ``metas`` is one cyclic run (:func:`chain_metas`). Goes through upstream's
+    ``alloc_extend`` as one "request": the run's rotation base as its base and
+    its first position-page as its prefix, so the allocator's own per-class
+    supply check makes it all or nothing. ``last_loc`` is the real device slot
+    right before the run (the resident ancestor's last slot, a 1-element view:
+    no sync); upstream reads it only in its debug congruence check, which then
+    compares the run's base against the real pages, not against the metadata.
     """
     import torch
 
-    segments = chain_segments(metas)
-    ps, n = allocator.page_size, allocator.shard_size
-    prefix = torch.tensor([s[1] * ps for s in segments], dtype=torch.int64)
-    seq = torch.tensor([(s[1] + s[2]) * ps for s in segments], dtype=torch.int64)
-    # last_loc is read only by the allocator's debug congruence check: a slot of
-    # the page owner that precedes each run, which is what the check verifies.
-    last_loc = torch.tensor([((s[0] + s[1] - 1) % n) * ps for s in segments], dtype=torch.int64)
+    first, ps = metas[0], allocator.page_size
+    num_pages = 0
+    for meta in metas:
+        assert meta.start_page == first.start_page + num_pages, "load-back nodes are not one path"
+        assert meta.rotation_base == first.rotation_base, "load-back run spans two rotations"
+        num_pages += meta.num_pages
+    prefix = torch.tensor([first.start_page * ps], dtype=torch.int64)
+    seq = torch.tensor([(first.start_page + num_pages) * ps], dtype=torch.int64)
+    if last_loc is None:
+        last_loc = torch.zeros(1, dtype=torch.int64)  # a run from the root: never read
     return allocator.alloc_extend(
-        prefix,
-        prefix,
-        seq,
-        seq,
-        last_loc,
-        sum(s[2] for s in segments) * ps,
-        rotation_bases=[s[0] for s in segments],
+        prefix, prefix, seq, seq, last_loc, num_pages * ps, rotation_bases=[first.rotation_base]
     )
 
 
@@ -152,15 +162,14 @@ def _lanes(values) -> str:
     return "[" + ",".join(str(v) for v in values) + "]"
 
 
-def _plan_evict_alloc(cache, state, nodes_to_load, last_hit_node):
+def _plan_evict_alloc(cache, state, metas, last_loc, last_hit_node):
     """Plan, evict what the plan chose, allocate by owner class: device indices or None."""
-    metas = [ensure_meta(cache, state, n) for n in nodes_to_load]
     shard_size = state.shard_size
     counters = state.counters
     free_before = state.allocator.class_free_page_counts()
 
     t0 = time.perf_counter()
-    need = lane_need(nodes_to_load, shard_size)
+    need = need_of(metas, shard_size)
     plan = plan_owner_lane_eviction(cache, need, free_before, state.index, shard_size)
     plan_ms = (time.perf_counter() - t0) * 1e3
     finish_plan(plan)
@@ -195,7 +204,7 @@ def _plan_evict_alloc(cache, state, nodes_to_load, last_hit_node):
                     last_hit_node.id, _lanes(plan.pages_per_lane), _lanes(freed),
                     _lanes(need), _lanes(free_before), _lanes(plan.deficit),
                 )
-        device_indices = alloc_owner_classed(state.allocator, metas)
+        device_indices = alloc_owner_classed(state.allocator, metas, last_loc)
         if device_indices is None and ctr.WARN_SHORT_EVICTION not in logged:
             counters.record_warning(ctr.WARN_SHORT_EVICTION)
             logger.warning(
@@ -244,7 +253,9 @@ def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None)
     for n in nodes_to_load:
         n.protect_host()
     try:
-        device_indices = _plan_evict_alloc(cache, state, nodes_to_load, last_hit_node)
+        metas = chain_metas(cache, state, ancestor, nodes_to_load)
+        last_loc = None if ancestor is cache.root_node else ancestor.value[-1:]
+        device_indices = _plan_evict_alloc(cache, state, metas, last_loc, last_hit_node)
     except BaseException:
         for n in nodes_to_load:
             n.release_host()
@@ -258,14 +269,15 @@ def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None)
         state.counters.record_outcome(False)
         return None
 
-    commit_load(cache, nodes_to_load, last_hit_node, device_indices)
+    commit_load(cache, nodes_to_load, last_hit_node, device_indices, metas)
     state.counters.record_outcome(True)
     return device_indices
 
 
-def commit_load(cache, nodes_to_load, last_hit_node, device_indices) -> None:
+def commit_load(cache, nodes_to_load, last_hit_node, device_indices, metas=None) -> None:
     """Upstream's load-back tail: queue the host-to-device copy on the controller,
-    point the nodes at their new device indices, publish, lock the hit node."""
+    point the nodes at their new device indices (stamped with ``metas``, the run
+    they were allocated as), publish, lock the hit node."""
     import torch
     from sglang.srt.disaggregation.kv_events import StorageMedium
     from sglang.srt.managers.cache_controller import CacheOperation
@@ -278,7 +290,9 @@ def commit_load(cache, nodes_to_load, last_hit_node, device_indices) -> None:
         n.release_host()
     cache.ongoing_load_back[last_hit_node.id] = last_hit_node
     offset = 0
-    for n in nodes_to_load:
+    for i, n in enumerate(nodes_to_load):
+        if metas is not None:
+            md.put(n, metas[i])
         n.value = device_indices[offset : offset + len(n.host_value)].clone()
         offset += len(n.host_value)
         cache.kv_events.record_store(n, medium=StorageMedium.GPU)

@@ -2,13 +2,17 @@
 
 Given the pages a load-back needs per owner class and the free pages per class,
 the deficit of lane ``c`` is ``need[c] - free[c]``. The planner walks evictable
-device leaves in the cache's own eviction-priority order, takes a leaf only if it
-frees pages in a lane that still has a deficit, lets a parent whose children are
-all gone join the walk (as upstream's ``_promote_parent`` does) and stops as soon
-as every deficit is covered. It reads only Python attributes of upstream
-``TreeNode`` objects and :class:`~.metadata.CpHiCacheNodeMetadata`: no tensor is
-touched, so no host-device sync can happen here (the tests and the benchmark
-count tensor calls to prove it).
+device leaves in the cache's own eviction-priority order, takes a node only if it
+frees pages in a lane that still has a deficit, defers one that does not, lets a
+parent whose device children are all taken or deferred join the walk (as
+upstream's ``_promote_parent`` does) and takes such a parent together with its
+deferred descendants when it frees a short lane (a child-then-parent chain). It
+stops as soon as every deficit is covered and refuses only a deficit that no
+eviction at all could cover; redundant units are then dropped (``_prune``). It
+reads only Python attributes of upstream ``TreeNode`` objects and
+:class:`~.metadata.CpHiCacheNodeMetadata`: no tensor is touched, so no
+host-device sync can happen here (the tests and the benchmark count tensor calls
+to prove it).
 
 Upstream rebuilds a heap over every evictable leaf on each ``evict`` call.
 :class:`LeafOrderIndex` keeps a persistent lazy heap instead: leaves are pushed
@@ -117,7 +121,8 @@ class LeafOrderIndex:
 
 @dataclass
 class LanePlan:
-    """Outcome of planning: the leaves to evict, in eviction order."""
+    """Outcome of planning: the nodes to evict (``leaves``), in eviction order
+    (each node after its planned device children)."""
 
     need: List[int]
     free: List[int]
@@ -126,6 +131,9 @@ class LanePlan:
     pages_per_lane: List[int] = field(default_factory=list)  # pages the chosen leaves free
     remaining: List[int] = field(default_factory=list)  # deficits left uncovered
     scanned: int = 0
+    # The index the walk read and the entries it popped from it: finish_plan hands them back.
+    index: Optional["LeafOrderIndex"] = field(default=None, repr=False)
+    popped: list = field(default_factory=list, repr=False)
 
     @property
     def covered(self) -> bool:
@@ -134,9 +142,14 @@ class LanePlan:
 
 def lane_need(nodes: Sequence, shard_size: int) -> List[int]:
     """Pages per owner class a load of ``nodes`` needs, summed from their metadata."""
+    return need_of([md.get(node) for node in nodes], shard_size)
+
+
+def need_of(metas: Sequence, shard_size: int) -> List[int]:
+    """Pages per owner class of the runs ``metas`` describe."""
     need = [0] * shard_size
-    for node in nodes:
-        counts = md.get(node).owner_counts(shard_size)
+    for meta in metas:
+        counts = meta.owner_counts(shard_size)
         for c in range(shard_size):
             need[c] += counts[c]
     return need
@@ -151,82 +164,127 @@ def plan_owner_lane_eviction(
 ) -> LanePlan:
     """Plan the evictions that cover every lane deficit, or report what stays uncovered.
 
+    The walk follows upstream's own eviction order: evictable leaves by
+    priority, and a parent joins the walk (at its own priority, as upstream's
+    ``_promote_parent`` does) once every device child has been taken or
+    *deferred*. A node that frees a lane still short is taken, together with
+    its deferred descendants (they must go first: a child-then-parent chain);
+    a node that frees no short lane is deferred. So a lane page held by an
+    interior node whose children free only other lanes is still reachable, and
+    the walk refuses only when every unlocked device node together cannot
+    cover the deficits (lanes only ever leave the short set, so a deferred
+    node can never become useful on its own).
+
+    Bound (asserted against a brute-force optimum in the tests): after
+    :func:`_prune` every *unit* (a planned node whose parent is not planned,
+    with its planned descendants) is needed by some lane, so a plan holds at
+    most ``D = sum(deficit)`` units and evicts at most ``D * M`` pages, with
+    ``M`` the largest unit; the optimum evicts at least ``D`` pages, so the
+    excess over it is at most ``D * (M - 1)``.
+
     Pure CPU: reads node attributes and metadata only; mutates nothing but the
     index's heap order (entries it popped are handed back by the caller through
-    :func:`finish_plan`).
+    :func:`finish_plan`). Cost: the nodes it scans, each O(log scanned).
     """
     deficit = [max(0, need[c] - free[c]) for c in range(shard_size)]
     plan = LanePlan(list(need), list(free), deficit, pages_per_lane=[0] * shard_size)
-    left = list(deficit)
-    outstanding = sum(1 for d in left if d > 0)
-    plan.remaining = left
-    if outstanding == 0:
+    plan.remaining = list(deficit)
+    if not any(deficit):
         return plan
 
-    get_priority = cache.eviction_strategy.get_priority
-    root = cache.root_node
-    chosen = set()
-    promoted: list = []  # local heap of parents that became device leaves in the plan
-    seq = itertools.count()
     popped: list = []
     if index is not None and index.monotone:
         stream = index.ordered(popped)
     else:
-        full = [(get_priority(n), next(seq), n) for n in cache.evictable_leaves]
+        get_priority = cache.eviction_strategy.get_priority
+        full = [(get_priority(n), seq, n) for seq, n in enumerate(cache.evictable_leaves)]
         heapq.heapify(full)
         stream = (heapq.heappop(full)[2] for _ in range(len(full)))
-    plan._popped = popped
-    plan._index = index
-
+    plan.popped = popped
+    plan.index = index
     try:
-        upcoming = next(stream, None)
-        while outstanding:
-            if promoted and (upcoming is None or promoted[0][0] <= get_priority(upcoming)):
-                node = heapq.heappop(promoted)[2]
-            elif upcoming is not None:
-                node = upcoming
-                upcoming = next(stream, None)
-            else:
-                break
-            plan.scanned += 1
-            if node.lock_ref > 0 or node.value is None or node in chosen:
-                continue
-            meta = md.get(node)
-            if meta is None:
-                continue  # not placed by this patch: cannot be counted without tensors
-            counts = meta.owner_counts(shard_size)
-            if not any(counts[c] and left[c] for c in range(shard_size)):
-                continue
-            chosen.add(node)
-            plan.leaves.append(node)
-            for c in range(shard_size):
-                pages = counts[c]
-                plan.pages_per_lane[c] += pages
-                if left[c]:
-                    left[c] = max(0, left[c] - pages)
-                    if left[c] == 0:
-                        outstanding -= 1
-            parent = node.parent
-            if parent is not root and parent is not None and parent.value is not None:
-                if all(ch.value is None or ch in chosen for ch in parent.children.values()):
-                    heapq.heappush(promoted, (get_priority(parent), next(seq), parent))
+        chosen = _walk(cache, plan, stream, shard_size)
     except BaseException:
         if index is not None:
             index.restore(popped)  # leave the index whole for the next plan
         popped.clear()
         raise
-    if not outstanding and len(plan.leaves) > 1:
+    if plan.covered and len(plan.leaves) > 1:
         _prune(plan, chosen, shard_size)
     return plan
 
 
-def _prune(plan: LanePlan, chosen: set, shard_size: int) -> None:
-    """Drop leaves a later pick made redundant, most valuable (latest taken) first.
+def _walk(cache, plan: LanePlan, stream, shard_size: int) -> set:
+    """The priority walk of :func:`plan_owner_lane_eviction`; fills ``plan``, returns the chosen set."""
+    get_priority = cache.eviction_strategy.get_priority
+    root = cache.root_node
+    left = plan.remaining
+    outstanding = sum(1 for d in left if d > 0)
+    chosen: set = set()
+    deferred: set = set()  # scanned, evictable, freeing no short lane (yet part of a chain)
+    promoted: list = []  # local heap of parents whose device children are all taken or deferred
+    seq = itertools.count()
+    upcoming = next(stream, None)
+    while outstanding:
+        if promoted and (upcoming is None or promoted[0][0] <= get_priority(upcoming)):
+            node = heapq.heappop(promoted)[2]
+        elif upcoming is not None:
+            node = upcoming
+            upcoming = next(stream, None)
+        else:
+            break
+        plan.scanned += 1
+        if node.lock_ref > 0 or node.value is None or node in chosen or node in deferred:
+            continue
+        meta = md.get(node)
+        if meta is None:
+            continue  # not placed by this patch: cannot be counted without tensors (blocks its parent)
+        counts = meta.owner_counts(shard_size)
+        if any(counts[c] and left[c] for c in range(shard_size)):
+            for x in _chain_below(node, deferred) + [node]:
+                chosen.add(x)
+                plan.leaves.append(x)
+                for c, pages in enumerate(md.get(x).owner_counts(shard_size)):
+                    plan.pages_per_lane[c] += pages
+                    if left[c]:
+                        left[c] = max(0, left[c] - pages)
+                        outstanding -= left[c] == 0
+        else:
+            deferred.add(node)
+        parent = node.parent
+        if parent is not root and parent is not None and parent.value is not None:
+            if all(ch.value is None or ch in chosen or ch in deferred for ch in parent.children.values()):
+                heapq.heappush(promoted, (get_priority(parent), next(seq), parent))
+    return chosen
 
-    The walk takes a leaf when it frees a lane that is still short; a leaf taken
-    later for another lane can cover that lane too. Dropping such leaves keeps
-    every deficit covered and evicts only what some lane needs. A leaf whose
-    parent stays in the plan is kept (the parent can only go after it).
+
+def _chain_below(node, deferred: set) -> list:
+    """``node``'s deferred device descendants, children before parents (eviction order);
+    they leave ``deferred``. Every device child of ``node`` is taken or deferred here."""
+    out: list = []
+    stack = [(child, False) for child in node.children.values() if child in deferred]
+    while stack:
+        x, expanded = stack.pop()
+        if expanded:
+            deferred.discard(x)
+            out.append(x)
+            continue
+        stack.append((x, True))
+        stack.extend((child, False) for child in x.children.values() if child in deferred)
+    return out
+
+
+def _prune(plan: LanePlan, chosen: set, shard_size: int) -> None:
+    """Drop nodes a later pick made redundant, most valuable (latest taken) first.
+
+    The walk takes a node when it frees a lane that is still short; a node taken
+    later for another lane can cover that lane too. ``plan.leaves`` is in
+    eviction order (children before parents), so walking it backwards decides a
+    parent before its children: a node whose parent stays is kept (the parent
+    can only go after it), any other node is dropped when every deficit stays
+    covered without it. Afterwards every unit root is needed by some lane, which
+    is what the planner's bound rests on. One pass suffices: dropping only
+    lowers the totals, so a node found needed stays needed.
     """
     counts = {id(x): md.get(x).owner_counts(shard_size) for x in plan.leaves}
     total = list(plan.pages_per_lane)
@@ -254,9 +312,7 @@ def finish_plan(plan: LanePlan) -> None:
     walk (they are no longer in upstream's ``evictable_leaves``), so the same call
     serves an executed and an abandoned plan.
     """
-    index = getattr(plan, "_index", None)
-    popped = getattr(plan, "_popped", None)
-    if index is None or not popped:
+    if plan.index is None or not plan.popped:
         return
-    index.restore(popped)
-    popped.clear()
+    plan.index.restore(plan.popped)
+    plan.popped.clear()

@@ -1,4 +1,10 @@
-"""The owner-lane benchmark runs end to end and its counted goals hold (slow: ~1 minute)."""
+"""The owner-lane benchmark runs end to end and its counted goals hold.
+
+``ci_slow`` (CI's reduced slow tier, about a minute): ``--quick`` with every COUNTED goal
+asserted: zero tensor ops and host syncs while planning, every coverable load-back served,
+no redundant unit evicted, the planner's stated bound held, whole-path figures present, and
+nothing written but the files asked for. Never wall time: speedups are reported, not tested.
+"""
 
 from __future__ import annotations
 
@@ -10,25 +16,64 @@ import pytest
 
 from tests.conftest import REPO, subprocess_env
 
+BENCH = REPO / "scripts" / "bench_owner_lanes.py"
+KEYS = ("speedup_end_to_end_10k", "speedup_end_to_end_100k", "speedup_vs_tensor_10k",
+        "speedup_vs_upstream_evict_100k", "success_rate", "success_rate_on_coverable",
+        "upstream_success_rate", "amplification_max", "tensor_ops_during_planning",
+        "host_syncs_during_planning", "host_syncs_end_to_end_per_load")
 
-@pytest.mark.slow
-def test_bench_owner_lanes_quick(tmp_path):
-    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench_owner_lanes.py"), "--quick",
-         "--json", str(out), "--png", str(png)],
-        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
-    for key in ("speedup_vs_tensor_10k", "speedup_vs_upstream_evict_100k", "success_rate",
-                "upstream_success_rate", "amplification_max", "tensor_ops_during_planning"):
-        assert key in result
-    # counted goals (no wall-time assertion: the speedups are reported, not tested)
+
+def run_bench(cwd, *args, timeout=600):
+    return subprocess.run([sys.executable, str(BENCH), *args], cwd=cwd, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_counted_goals(result):
+    for key in KEYS:
+        assert key in result, key
     assert result["tensor_ops_during_planning"] == 0
     assert result["host_syncs_during_planning"] == 0
-    assert result["success_rate"] == 1.0
+    assert result["coverable_loads"] > 0
+    assert result["success_rate_on_coverable"] == 1.0
     assert result["redundant_leaves_max"] == 0
+    assert result["plan_bound_violations"] == 0
+    # a load needs whole units: at most the largest unit (a 3-page leaf here, or a
+    # chain) per page of deficit; per page loaded it stays at a couple of pages
+    assert 0 < result["amplification_max"] <= 4.0
     assert [r["leaves"] >= size for r, size in zip(result["sizes"], (1_000, 10_000, 100_000))] == [True] * 3
+    for r in result["sizes"]:
+        assert r["end_to_end_ms_median"] > 0 and r["upstream_end_to_end_ms_median"] > 0
     assert result["replay"]["patch"]["load_back_success_rate"] == 1.0
+    assert result["replay"]["patch"]["tokens_reprefilled_after_refusal"] == 0
+
+
+@pytest.mark.ci_slow
+def test_bench_owner_lanes_quick_counted_goals(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_bench(tmp_path, "--quick", "--json", str(out / "bench.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["bench.json", "out"]  # only where told
+    assert_counted_goals(json.loads((out / "bench.json").read_text()))
+    assert "whole path, patch vs upstream" in proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_owner_lanes_full(tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    proc = run_bench(tmp_path, "--json", str(out), "--png", str(png), timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_counted_goals(json.loads(out.read_text()))
     assert png.stat().st_size > 0
+
+
+def test_bench_device_cuda_fails_clearly_without_cuda(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: --device cuda is expected to run here")
+    proc = run_bench(tmp_path, "--quick", "--device", "cuda", "--json", str(tmp_path / "x.json"), timeout=120)
+    assert proc.returncode != 0
+    assert "--device cuda needs a visible CUDA device" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []

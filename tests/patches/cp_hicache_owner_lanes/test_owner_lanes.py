@@ -220,7 +220,9 @@ def test_impossible_deficit_refused_cleanly(caplog):
     cache.token_to_kv_pool_allocator.debug_check_classes()
 
 
-def test_no_logging_on_a_normal_load_back(caplog):
+def test_no_logging_on_a_normal_load_back(caplog, monkeypatch):
+    # the slow-plan warning is wall time, which a loaded CI host can cross: out of scope here
+    monkeypatch.setenv("SGLANG_OVERLAY_OWNER_LANE_SLOW_PLAN_MS", "60000")
     cache = hc.build_cpu_hicache(4, 4, 6)
     target = evicted_target(cache, 4)
     deficit_tree(cache, short_lane=0)
@@ -396,26 +398,199 @@ def test_parent_that_becomes_a_leaf_joins_the_walk(policy):
     assert_reloaded(cache, target)
 
 
-def test_suffix_load_back_under_resident_prefix_keeps_rotation():
-    """A host suffix below a resident prefix comes back on the chain's rotation
-    (upstream's debug congruence check in alloc_extend runs on it)."""
+def fill_lane_locked(cache, lane, spare_others=1):
+    """Exhaust ``lane`` with locked one-page leaves, leave ``spare_others`` free pages in
+    every other lane (unlocked fillers); returns (locked, fillers)."""
+    n = cache.token_to_kv_pool_allocator.shard_size
+    locked, fillers = [], []
+    while free_counts(cache)[lane] > 0:
+        locked.append(leaf_chain(cache, lane))
+        cache.inc_lock_ref(locked[-1])
+    for c in range(n):
+        while c != lane and free_counts(cache)[c] > spare_others:
+            fillers.append(leaf_chain(cache, c))
+    return locked, fillers
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+@pytest.mark.representative
+def test_chain_through_a_child_that_frees_only_another_lane(policy):
+    """The only lane-0 page that can go sits in an interior node whose one child frees
+    only lane 1: the load-back evicts the child, then the parent (it was refused before)."""
+    cache = hc.build_cpu_hicache(4, 4, 6, write_policy=policy)
+    cache.token_to_kv_pool_allocator.debug_mode = True
+    target = evicted_target(cache, 4)  # one page in every lane
+    parent = leaf_chain(cache, 0)  # lane 0
+    parent_toks = list(parent.key.token_ids)
+    child_toks = parent_toks + fresh(4)
+    hc.prefill(cache, child_toks)  # position-page 1: lane 1
+    child = hc.path_nodes(cache, child_toks)[-1][0]
+    assert hc.path_nodes(cache, child_toks)[0][0] is parent and len(parent.children) == 1
+    assert (md.get(parent).first_owner, md.get(child).first_owner) == (0, 1)
+    locked, fillers = fill_lane_locked(cache, 0)
+    assert free_counts(cache)[0] == 0
+
+    indices, _ = load(cache, target)
+
+    assert len(indices) == len(target)
+    assert (child.evicted or child.parent is None) and parent.evicted
+    assert all(not x.evicted and x.parent is not None for x in locked + fillers)
+    c = counters_of(cache)
+    assert c.load_backs == 1 and c.refused == 0 and c.leaves_evicted == 2
+    assert c.pages_evicted_per_lane == [1, 1, 0, 0]
+    for x in locked:
+        cache.dec_lock_ref(x)
+    assert_reloaded(cache, target)
+    cache.token_to_kv_pool_allocator.debug_check_classes()
+
+
+def page_owners_along(cache, toks):
+    """Owner class of every position-page on ``toks``' path, read from the device indices
+    alone (an oracle independent of the patch's metadata)."""
+    n, ps = cache.token_to_kv_pool_allocator.shard_size, cache.page_size
+    owners = []
+    for node, _ in hc.path_nodes(cache, toks):
+        owners += [int(x) // ps % n for x in node.value[::ps]]
+    return owners
+
+
+def assert_chain_congruent(cache, toks):
+    """Position-page P of the chain sits in class (b + P) % N, b from its real first page."""
+    n = cache.token_to_kv_pool_allocator.shard_size
+    owners = page_owners_along(cache, toks)
+    assert len(owners) * cache.page_size == len(toks)
+    assert owners == [(owners[0] + p) % n for p in range(len(owners))], owners
+
+
+def spy_alloc_extend(monkeypatch, alloc):
+    """Record the last_loc every alloc_extend call hands upstream's congruence check."""
+    seen = []
+    real = alloc.alloc_extend
+
+    def spy(*args, **kwargs):
+        seen.append(args[4].clone())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(alloc, "alloc_extend", spy)
+    return seen
+
+
+def test_suffix_load_back_under_resident_prefix_keeps_rotation(monkeypatch):
+    """A host suffix below a resident prefix comes back on the prefix's real rotation, and
+    upstream's debug congruence check in alloc_extend is fed the prefix's real last slot."""
     from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
 
     cache = hc.build_cpu_hicache(4, 4, 8)
     alloc = cache.token_to_kv_pool_allocator
     alloc.debug_mode = True
     toks = fresh(3 * 4) + fresh(6 * 4)
-    hc.prefill(cache, toks[:12])
+    new, base = hc.alloc_chain(cache, 0, 12, 3)  # a base the least-full rule would not pick
+    hc.write_rows(cache, new, toks[:12])
+    cache.insert(hc.InsertParams(key=hc.key_of(toks[:12]), value=new.clone(), rotation_base=base))
     hc.prefill(cache, toks)
     prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
     evict_planned(cache, [suffix])
     hc.settle(cache)
     assert suffix.evicted and not prefix.evicted
     deficit_tree(cache, short_lane=2, spare=0)
+    seen = spy_alloc_extend(monkeypatch, alloc)
     indices, _ = load(cache, toks)
     assert len(indices) == 6 * 4
+    assert_chain_congruent(cache, toks)
+    assert page_owners_along(cache, toks)[0] == 3
+    assert [int(x) for x in seen[-1]] == [int(prefix.value[-1])]  # the real slot, not a derived one
     assert_reloaded(cache, toks)
-    assert md.get(suffix).rotation_base == md.get(prefix).rotation_base
+    assert md.get(suffix).rotation_base == md.get(prefix).rotation_base == 3
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_suffix_with_a_stale_base_comes_back_on_the_recomputed_prefix(policy):
+    """Prefix and suffix go to host; the prefix alone is recomputed on another rotation
+    (an insert re-points it); the suffix must then load back on the prefix's new rotation,
+    not on the base it was stored with."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    cache = hc.build_cpu_hicache(4, 4, 8, write_policy=policy)
+    cache.token_to_kv_pool_allocator.debug_mode = True
+    toks = fresh(3 * 4) + fresh(5 * 4)
+    hc.prefill(cache, toks[:12])
+    hc.prefill(cache, toks)
+    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
+    old_base = md.get(prefix).rotation_base
+    evict_planned(cache, [suffix, prefix])
+    hc.settle(cache)
+    assert prefix.evicted and suffix.evicted
+    new_base = (old_base + 1) % 4
+    new, _ = hc.alloc_chain(cache, 0, 12, new_base)  # the prefix recomputed (no load-back)
+    hc.write_rows(cache, new, toks[:12])
+    cache.insert(hc.InsertParams(key=hc.key_of(toks[:12]), value=new.clone(), rotation_base=new_base))
+    hc.settle(cache)
+    assert not prefix.evicted and suffix.evicted
+    assert md.get(prefix).rotation_base == new_base == hc.oracle_first_owner(prefix, 4, 4)
+
+    indices, _ = load(cache, toks)
+
+    assert len(indices) == 5 * 4
+    assert_chain_congruent(cache, toks)
+    assert_reloaded(cache, toks)
+    assert md.get(suffix).rotation_base == new_base
+    assert cache.rotation_base_of(suffix) == new_base
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_insert_re_pointing_an_evicted_node_restamps_it(split):
+    """An evicted node that an insert re-points at a request's fresh pages (KV recomputed
+    after a missed load-back) is re-stamped from the request's base; with ``split`` the
+    request covers only a prefix of the evicted node, which the insert splits off."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    toks = fresh(6 * 4)
+    new, _ = hc.alloc_chain(cache, 0, len(toks), 0)
+    hc.write_rows(cache, new, toks)
+    cache.insert(hc.InsertParams(key=hc.key_of(toks), value=new.clone(), rotation_base=0))
+    hc.settle(cache)
+    node = hc.path_nodes(cache, toks)[-1][0]
+    evict_planned(cache, [node])
+    hc.settle(cache)
+    assert node.evicted and md.get(node).rotation_base == 0
+    again = toks[: 2 * 4] if split else toks
+    fresh_pages, base = hc.alloc_chain(cache, 0, len(again), 2)
+    hc.write_rows(cache, fresh_pages, again)
+    cache.insert(hc.InsertParams(key=hc.key_of(again), value=fresh_pages.clone(), rotation_base=base))
+    hc.settle(cache)
+    repointed = hc.path_nodes(cache, again)[-1][0]
+    assert not repointed.evicted and len(repointed.key) == len(again)
+    assert (repointed is node) != split
+    assert md.get(repointed).first_owner == hc.oracle_first_owner(repointed, 4, 4) == 2
+    assert md.get(repointed).owner_counts() == hc.oracle_owner_counts(repointed, 4, 4)
+    assert cache.rotation_base_of(repointed) == 2
+    assert_chain_congruent(cache, again)
+
+
+def test_prune_keeps_an_older_leaf_a_later_pick_made_redundant():
+    """The walk takes the oldest lane-0 leaf, then a two-page leaf for lane 1 that also
+    frees lane 0: the first pick is dropped again and survives the load-back."""
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)  # one page in every lane
+    single = leaf_chain(cache, 0)  # lane 0, oldest
+    double = leaf_chain(cache, 0, pages=2)  # lanes 0 and 1
+    locked = []
+    for lane in (0, 1):
+        more, _ = fill_lane_locked(cache, lane, spare_others=1)
+        locked += more
+    assert free_counts(cache)[:2] == [0, 0] and min(free_counts(cache)[2:]) >= 1
+
+    indices, _ = load(cache, target)
+
+    assert len(indices) == len(target)
+    assert double.evicted or double.parent is None
+    assert not single.evicted and single.parent is not None
+    c = counters_of(cache)
+    assert c.leaves_evicted == 1 and c.pages_evicted_per_lane == [1, 1, 0, 0]
+    for x in locked:
+        cache.dec_lock_ref(x)
+    assert_reloaded(cache, target)
 
 
 def test_cache_finished_req_carries_the_request_rotation_base():
@@ -448,6 +623,53 @@ def test_cache_finished_req_carries_the_request_rotation_base():
     assert md.get(node).first_owner == hc.oracle_first_owner(node, 4, 4) == base
     assert md.get(node).owner_counts() == hc.oracle_owner_counts(node, 4, 4)
     assert cache.rotation_base_of(node) == base
+
+
+def real_req(cache, toks, base, pool_idx=0):
+    """Upstream's own Req, its KV slots written in a real ReqToTokenPool as a prefill would."""
+    from array import array
+
+    import torch
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    req = Req(f"r{pool_idx}", "", array("q", toks), SamplingParams(max_new_tokens=4))
+    req._refresh_fill_ids()
+    req.set_extend_range(0, len(toks))
+    req.kv.req_pool_idx = pool_idx
+    req.last_node = cache.root_node
+    req.prefix_indices = torch.empty(0, dtype=torch.int64)
+    req.kv_rotation_base = base
+    new, _ = hc.alloc_chain(cache, 0, len(toks), base)
+    cache.req_to_token_pool.req_to_token[pool_idx, : len(toks)] = new.to(torch.int32)
+    return req
+
+
+@pytest.mark.representative
+def test_cache_unfinished_req_carries_the_request_rotation_base():
+    """A chunked prefill caches its first chunk through cache_unfinished_req, whose
+    InsertParams carry no rotation_base upstream: the patch hands it the request's."""
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    cache.req_to_token_pool = ReqToTokenPool(4, 256, "cpu", False)
+    alloc = cache.token_to_kv_pool_allocator
+    leaf_chain(cache, 0)
+    leaf_chain(cache, 0)
+    base = 2
+    assert alloc.least_full_class() != base  # the fallback guess would be wrong
+    toks = fresh(5 * 4)
+    req = real_req(cache, toks, base)
+
+    cache.cache_unfinished_req(req)
+    hc.settle(cache)  # the write-through ack releases the backup's lock
+
+    node = hc.path_nodes(cache, toks)[-1][0]
+    assert req.last_node is node and node.lock_ref == 1
+    assert md.get(node).first_owner == hc.oracle_first_owner(node, 4, 4) == base
+    assert md.get(node).owner_counts() == hc.oracle_owner_counts(node, 4, 4)
+    assert cache.rotation_base_of(node) == base
+    cache.dec_lock_ref(node)
 
 
 def test_failure_inside_load_back_releases_everything(monkeypatch):

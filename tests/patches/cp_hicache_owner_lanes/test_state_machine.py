@@ -131,6 +131,11 @@ class OwnerLaneMachine(RuleBasedStateMachine):
             assert meta.first_owner == hc.oracle_first_owner(node, n, ps)
             assert meta.owner_counts() == hc.oracle_owner_counts(node, n, ps)
             assert hc.rows_match(cache, node.value, list(node.key.token_ids))
+            parent = node.parent
+            if parent is not cache.root_node and parent.value is not None:
+                # one rotation per chain, read from the real pages (not from the metadata)
+                last_owner = int(parent.value[-ps]) // ps % n
+                assert hc.oracle_first_owner(node, n, ps) == (last_owner + 1) % n, "chain off its rotation"
         assert len(referenced) == len(set(referenced)), "a page is referenced twice"
         assert not free & set(referenced), "a page is both free and referenced"
         assert len(free) + len(referenced) == self.total_pages, "a page leaked"
@@ -156,4 +161,16 @@ def test_owner_lane_machine_long():
         OwnerLaneMachine,
         settings=settings(max_examples=300, stateful_step_count=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow]),
+    )
+
+
+@pytest.mark.ci_slow
+def test_owner_lane_machine_ci():
+    """CI's reduced slow tier: more and longer runs than the default tier, far fewer than -m slow."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(
+        OwnerLaneMachine,
+        settings=settings(max_examples=100, stateful_step_count=50, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]),
     )
