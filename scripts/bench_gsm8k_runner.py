@@ -36,6 +36,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bench_common import add_output_flags, write_json  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 FULL_QUESTIONS = 1319
@@ -88,14 +91,12 @@ def run_mode(base_url: str, server_pid: int, mode: str, args: argparse.Namespace
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="the committed 60-question fixture "
-                    "(under a minute); the goal rate is the same")
+    add_output_flags(ap, quick="the committed 60-question fixture (under a minute); the goal rate is the same",
+                     png="a chart (requests/s per mode against the goal)")
     ap.add_argument("--modes", help=f"comma list of {', '.join(MODES)} (default: completions)")
     ap.add_argument("--parallel", type=int, default=64)
     ap.add_argument("--num-questions", type=int, help="the first N (default: every question of the data)")
     ap.add_argument("--data-dir", help="directory with test.jsonl and train.jsonl (default: see the docstring)")
-    ap.add_argument("--json", metavar="FILE", help="write the results here")
-    ap.add_argument("--png", metavar="FILE", help="write a chart here (requests/s per mode against the goal)")
     ap.add_argument("--keep-output", metavar="DIR", help="keep each run's results/summary/report/PNGs here")
     args = ap.parse_args(argv)
     args.modes = [m.strip() for m in (args.modes or "completions").split(",") if m.strip()]
@@ -178,9 +179,7 @@ def main(argv=None) -> int:
     result = {"benchmark": "gsm8k_runner", "quick": args.quick, "data_dir": args.data_dir,
               "machine_cpus": os.cpu_count(), "goal_requests_per_s": GOAL_RPS, "runs": rows}
     written = []
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if write_json(args.json, result):
         written.append(args.json)
     if args.png:
         write_png(Path(args.png), rows)

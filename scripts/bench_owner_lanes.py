@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
-import json
 import os
 import random
 import statistics
@@ -56,7 +55,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench_common import add_output_flags, write_json  # noqa: E402
 
 N = 8
 PS = 16
@@ -530,9 +532,7 @@ def replay(use_patch: bool, conversations: int, turns: int, seed: int):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small request counts (about a minute)")
-    ap.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON to FILE")
-    ap.add_argument("--png", default=None, metavar="FILE", help="write the plot to FILE")
+    add_output_flags(ap, quick="small request counts (about a minute)", png="the plot")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="where the device KV pool and the index tensors live (cuda: host syncs are real)")
     ap.add_argument("--seed", type=int, default=1)
@@ -671,8 +671,7 @@ def main(argv=None):
         f"{result['speedup_end_to_end_100k']:.1f}x at 100k; planning alone vs upstream's evict: "
         f"{result['speedup_vs_upstream_evict_100k']:.0f}x at 100k"
     )
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    if write_json(args.json, result):
         console.print(f"wrote {args.json}")
     if args.png:
         write_png(rows, args.png)

@@ -26,12 +26,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import add_output_flags, write_json  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from sglang.srt.plugins import load_plugins
+
 load_plugins()
 wall = time.perf_counter() - t0
 app = sys.modules.get("sglang_overlay.core.hooking")
@@ -60,9 +64,10 @@ def target_modules() -> set[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="fresh interpreters per mode (median reported)")
-    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--runs", type=int, default=None, help="fresh interpreters per mode (median reported; default 5, --quick 2)")
+    add_output_flags(parser, quick="2 interpreters per mode instead of 5", png=None)
     args = parser.parse_args(argv)
+    args.runs = args.runs or (2 if args.quick else 5)
 
     results = {True: [], False: []}
     for i in range(args.runs):
@@ -96,9 +101,7 @@ def main(argv=None) -> int:
     console.print(f"modules the overlay added: {len(extra_all)} (its own: {', '.join(extra_all) or 'none'})")
     console.print(f"the overlay's own apply(): {own * 1000:.1f} ms ({100 * own / med[False]['wall_s']:.2f}% of load_plugins)")
     console.print(f"patch-target modules imported by the overlay: {extra_targets or 'none'}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    write_json(args.json, out)
     console.print(f"overhead_ratio = {ratio:.3f}")
     return 0
 

@@ -1,0 +1,31 @@
+"""What every benchmark under scripts/ shares: its output flags and how it writes them.
+
+Every benchmark takes ``--quick`` (a smaller run, for CI's ci_slow tier and a first look),
+``--json FILE`` (the results) and ``--png FILE`` (a chart, where a curve says more), and writes
+files only where told: nothing lands in the current directory by default.
+Cost: none beyond the writes asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_output_flags(parser: argparse.ArgumentParser, quick: str, png: str | None = "a chart of the results") -> None:
+    """``--quick`` (``quick`` says what it shrinks), ``--json FILE`` and, where the benchmark draws one, ``--png FILE``."""
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON to FILE")
+    if png is not None:
+        parser.add_argument("--png", type=Path, metavar="FILE", help=f"write {png} to FILE")
+
+
+def write_json(path: Path | None, data: dict) -> Path | None:
+    """Write ``data`` to ``path`` (parents created); nothing when no path was given."""
+    if path is None:
+        return None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return path
