@@ -1,0 +1,50 @@
+"""``--tokenizer-worker-num 2``: the workers (started by uvicorn's spawn, where SGLang never calls
+``load_plugins()``) must carry the overlay too, announce it, and show in ``sglang-overlay status``.
+
+FAILING-FIRST (before the lead's child-process bootstrap): no worker applied the overlay, so the INFO
+lines and status records of ``role=tokenizer_worker`` were missing; the abort consequence (a real 503
+reaching a streaming client as HTTP 200 + ``finish_reason: "abort"`` under msgpack IPC) is pinned in
+``test_03_abort_matrix.py`` (cells ``overlay-msgpack-w2-aborts``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.conftest import OVERLAY_MSGPACK_W2, OVERLAY_PICKLE_W2
+from tests.e2e.test_01_launch import PATCHES, active_lines, run_status
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module", params=[OVERLAY_PICKLE_W2, OVERLAY_MSGPACK_W2], ids=lambda c: c.name)
+def server(request, server_pool):
+    return server_pool.get(request.param)
+
+
+def worker_processes(server):
+    return [p for p in server.processes() if "tokenizer_worker" in " ".join(p.cmdline())]
+
+
+def test_two_tokenizer_workers_run(server):
+    assert len(worker_processes(server)) == 2, [" ".join(p.cmdline()) for p in server.processes()]
+
+
+def test_each_tokenizer_worker_announces_the_overlay_once(server):
+    workers = {p.pid for p in worker_processes(server)}
+    announced = [pid for pid, role, patches, fp in active_lines(server) if pid in workers]
+    assert sorted(announced) == sorted(workers), (
+        f"tokenizer workers {sorted(workers)} announced {announced}: a worker without the overlay")
+
+
+def test_status_shows_the_overlay_in_each_worker(server):
+    result = run_status(server.url, "--json")
+    report = json.loads(result.stdout)
+    workers = {p.pid for p in worker_processes(server)}
+    rows = {p["pid"]: p for p in report["processes"]}
+    missing = [pid for pid in workers if not rows.get(pid, {}).get("overlay")]
+    assert not missing, f"status: tokenizer workers without the overlay: {missing}\n{result.stdout}"
+    assert all("openai-abort-status" in rows[pid]["applied"] for pid in workers)
+    assert report["ok"] is True and result.returncode == 0
+    assert all(set(rows[pid]["patches"]) == PATCHES for pid in workers)

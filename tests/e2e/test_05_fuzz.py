@@ -1,0 +1,96 @@
+"""Bounded property-based fuzz of the patched server's OpenAI endpoints from its own OpenAPI schema
+(schemathesis 4 strategies driven by hypothesis, loopback only): every 5xx the overlay gives for a case,
+upstream gives too for the same case; afterwards the server is healthy and holds no request.
+
+Excluded: prompts of out-of-vocabulary token ids (``out_of_vocab``): upstream's scheduler dies on them.
+Bounds (for a 2-core CI): ``MAX_EXAMPLES`` cases per operation, derandomized; generated ``max_tokens`` /
+``max_completion_tokens`` are clamped to 16 (set to 16 when the case has none) and ``n`` to 2 (the rest of each case is as generated), so a
+case costs one short generation."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+from tests.e2e.conftest import OVERLAY_PICKLE_CLI, UPSTREAM_PICKLE
+from tests.support.real_server.model import VOCAB_SIZE
+from tests.support.real_server.probes import wait_idle
+
+pytestmark = pytest.mark.e2e
+schemathesis = pytest.importorskip("schemathesis", reason="schemathesis (scripts/requirements-cpu.lock) not installed")
+
+OPERATIONS = {"/v1/completions": "POST", "/v1/chat/completions": "POST"}
+MAX_EXAMPLES = 30
+CLAMPS = {"max_tokens": 16, "max_completion_tokens": 16, "n": 2, "best_of": 2}
+
+
+VOCAB = VOCAB_SIZE  # the tiny model's vocabulary: its tokenizer has exactly this many ids
+
+
+def _token_ids(value):
+    """Every int inside a prompt given as token ids (list of ints or list of lists)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list):
+        return [i for v in value for i in _token_ids(v)]
+    return []
+
+
+def out_of_vocab(body) -> bool:
+    """A prompt of token ids outside the vocabulary: kills upstream 0.5.20's scheduler (IndexError in
+    ``VocabParallelEmbedding``, the whole server goes down), with or without the overlay. Excluded here,
+    reported as an upstream defect; the fuzz would otherwise end at the first such case."""
+    return isinstance(body, dict) and any(i < 0 or i >= VOCAB for i in _token_ids(body.get("prompt")))
+
+
+def _clamp(body):
+    if isinstance(body, dict):
+        if not any(isinstance(body.get(k), int) for k in ("max_tokens", "max_completion_tokens")):
+            body["max_tokens"] = CLAMPS["max_tokens"]  # absent: the server would generate to the context end
+        for key, bound in CLAMPS.items():
+            if isinstance(body.get(key), int) and not isinstance(body.get(key), bool) and body[key] > bound:
+                body[key] = bound
+    return body
+
+
+@pytest.fixture(scope="module")
+def servers(server_pool):
+    return server_pool.get(OVERLAY_PICKLE_CLI), server_pool.get(UPSTREAM_PICKLE)
+
+
+@pytest.mark.parametrize("path", sorted(OPERATIONS))
+def test_no_overlay_only_server_errors(servers, path):
+    overlay, upstream = servers
+    schema = schemathesis.openapi.from_url(f"{overlay.url}/openapi.json")
+    operation = schema[path][OPERATIONS[path]]
+    overlay_only: list[str] = []
+    seen = {"cases": 0, "5xx": 0}
+
+    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy())
+    def check(case):
+        case.body = _clamp(case.body)
+        assume(not out_of_vocab(case.body))
+        seen["cases"] += 1
+        mine = case.call(base_url=overlay.url, timeout=60)
+        if mine.status_code >= 500:
+            seen["5xx"] += 1
+            theirs = case.call(base_url=upstream.url, timeout=60)
+            if theirs.status_code < 500:
+                overlay_only.append(f"{mine.status_code} vs upstream {theirs.status_code}: {case.body!r:.300} "
+                                    f"-> {mine.text[:300]}")
+
+    check()
+    assert seen["cases"] >= MAX_EXAMPLES // 2, seen
+    assert not overlay_only, "5xx only with the overlay:\n" + "\n".join(overlay_only)
+
+
+def test_server_healthy_and_idle_after_fuzzing(servers):
+    for server in servers:
+        load = wait_idle(server.url, timeout=60)
+        assert load["running"] == 0 and load["queued"] == 0, (server.config.name, load)
+        assert httpx.get(f"{server.url}/health", timeout=30).status_code == 200

@@ -1,0 +1,230 @@
+"""Requests against a real server, reduced to comparable outcomes; real ways to make the scheduler abort.
+
+``call(url, route, stream, **fields)`` sends one OpenAI ``/v1/completions``, ``/v1/chat/completions`` or
+Anthropic ``/v1/messages`` request with raw httpx and classifies what the client saw as an ``Outcome``:
+
+- ``http_error``: a non-200 status (``status``; ``message``/``error_type`` from the body);
+- ``sse_error``: HTTP 200 and an error event in the stream (``code`` for OpenAI, ``error_type`` for
+  Anthropic; ``after_content`` says whether content came first; ``done`` whether ``data: [DONE]`` followed);
+- ``graceful_abort``: HTTP 200 and ``finish_reason: "abort"`` (what a lost error status looks like);
+- ``ok``: anything else (a normal completion).
+
+``QueueFiller`` occupies every running slot and the one waiting slot of a server launched with
+``ABORT_FLAGS`` (``--max-running-requests 2 --max-queued-requests 1``), so that the next request meets
+upstream's real "queue full" abort (``Scheduler._abort_on_queued_limit``, managers/scheduler.py:3258-3297).
+Cost: a handful of HTTP requests; the blockers decode until ``SGLANG_REQ_RUNNING_TIMEOUT`` or ``release()``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import httpx
+
+ROUTES = ("completions", "chat", "messages")
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "messages": "/v1/messages"}
+
+
+@dataclass
+class Outcome:
+    kind: str
+    status: int
+    code: int | None = None
+    error_type: str | None = None
+    message: str = ""
+    after_content: bool = False
+    done: bool = False
+    raw: str = field(default="", repr=False)
+
+    def brief(self) -> str:
+        bits = [self.kind, str(self.status)]
+        if self.code is not None and self.kind == "sse_error":
+            bits.append(f"code={self.code}")
+        if self.error_type:
+            bits.append(self.error_type)
+        if self.kind == "sse_error":
+            bits.append("after-content" if self.after_content else "first-event")
+        return " ".join(bits)
+
+
+def request_body(route: str, stream: bool, max_tokens: int = 8, **fields) -> dict:
+    body = {"model": "default", "max_tokens": max_tokens, "temperature": 0, "stream": stream}
+    if route == "completions":
+        body["prompt"] = "Natalia sold clips to 48 of her friends."
+    else:
+        body["messages"] = [{"role": "user", "content": "How many clips did Natalia sell?"}]
+    body.update(fields)
+    return body
+
+
+def _error_fields(payload) -> tuple[int | None, str | None, str]:
+    """(code, type, message) of an OpenAI or Anthropic error body / event."""
+    if not isinstance(payload, dict):
+        return None, None, str(payload)
+    err = payload.get("error") if isinstance(payload.get("error"), dict) else payload
+    code = err.get("code")
+    return (code if isinstance(code, int) else None), err.get("type"), str(err.get("message") or err.get("detail") or "")
+
+
+def _classify_json(route: str, status: int, text: str) -> Outcome:
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = text
+    if status != 200:
+        code, etype, message = _error_fields(payload)
+        return Outcome("http_error", status, code, etype, message, raw=text)
+    if route == "messages":
+        reason = payload.get("stop_reason")
+    else:
+        reason = (payload.get("choices") or [{}])[0].get("finish_reason")
+        if isinstance(reason, dict):
+            reason = reason.get("type")
+    return Outcome("graceful_abort" if reason == "abort" else "ok", status, message=str(reason), raw=text)
+
+
+def _classify_stream(route: str, status: int, text: str) -> Outcome:
+    if status != 200:
+        return _classify_json(route, status, text)
+    content = False
+    reason = None
+    done = "data: [DONE]" in text
+    found = None
+    for line in text.splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        try:
+            event = json.loads(line[6:])
+        except ValueError:
+            continue
+        if "error" in event and (route != "messages" or event.get("type") == "error"):
+            code, etype, message = _error_fields(event)
+            found = found or Outcome("sse_error", status, code, etype, message, after_content=content)
+            continue
+        if route == "messages":
+            if event.get("type") == "content_block_delta":
+                content = True
+            if event.get("type") == "message_delta":
+                reason = (event.get("delta") or {}).get("stop_reason")
+        else:
+            for choice in event.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if choice.get("text") or delta.get("content"):
+                    content = True
+                fr = choice.get("finish_reason")
+                if fr:
+                    reason = fr.get("type") if isinstance(fr, dict) else fr
+    if found:
+        found.done, found.raw = done, text
+        return found
+    return Outcome("graceful_abort" if reason == "abort" else "ok", status, message=str(reason), done=done, raw=text)
+
+
+def call(url: str, route: str, stream: bool, timeout: float = 120.0, **fields) -> Outcome:
+    """One request with raw httpx; the whole response is read before classifying."""
+    body = request_body(route, stream, **fields)
+    headers = {"anthropic-version": "2023-06-01"} if route == "messages" else {}
+    with httpx.Client(timeout=timeout) as client:
+        with client.stream("POST", url + PATHS[route], json=body, headers=headers) as resp:
+            text = resp.read().decode("utf-8", "replace")
+            status = resp.status_code
+    outcome = (_classify_stream if stream else _classify_json)(route, status, text)
+    if route != "messages":
+        outcome.error_type = None  # OpenAI bodies' "type" is a class name that varies by path; status/code say it
+    return outcome
+
+
+def _find(d, key):
+    if isinstance(d, dict):
+        if key in d:
+            return d[key]
+        for v in d.values():
+            found = _find(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def server_load(url: str) -> dict:
+    """Running and queued request counts, from the scheduler (``/v1/loads?include=core``)."""
+    data = httpx.get(url + "/v1/loads", params={"include": "core"}, timeout=10).json()
+    loads = data.get("loads") or []
+    return {"running": sum(int(_find(x, "num_running_reqs") or 0) for x in loads),
+            "queued": sum(int(_find(x, "num_waiting_reqs") or 0) for x in loads), "raw": loads}
+
+
+class QueueLost(RuntimeError):
+    """A blocker ended (running timeout, load) before the queue was full: set the probe up again."""
+
+
+class QueueFiller:
+    """Occupy ``running`` slots (streams that have produced a token) and ``queued`` waiting slots."""
+
+    def __init__(self, url: str, running: int = 2, queued: int = 1, max_new_tokens: int = 3500):
+        self.url, self.running, self.queued, self.max_new_tokens = url, running, queued, max_new_tokens
+        self.rids = [f"e2e-filler-{uuid.uuid4().hex[:8]}-{i}" for i in range(running + queued)]
+        self._threads: list[threading.Thread] = []
+        self._started = [threading.Event() for _ in self.rids]
+        self.finished = [threading.Event() for _ in self.rids]
+
+    def _run(self, i: int) -> None:
+        body = {"rid": self.rids[i], "text": f"filler {i}: Natalia sold clips",
+                "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True},
+                "stream": True}
+        try:
+            with httpx.stream("POST", self.url + "/generate", json=body, timeout=120) as resp:
+                for _ in resp.iter_lines():
+                    self._started[i].set()
+        except httpx.HTTPError:
+            pass
+        finally:
+            self._started[i].set()
+            self.finished[i].set()
+
+    def __enter__(self) -> "QueueFiller":
+        for i in range(len(self.rids)):
+            t = threading.Thread(target=self._run, args=(i,), daemon=True)
+            t.start()
+            self._threads.append(t)
+            if i < self.running:
+                if not self._started[i].wait(60):
+                    raise TimeoutError("a blocker produced no token in 60 s")
+        deadline = time.monotonic() + 30
+        while server_load(self.url)["queued"] < self.queued:
+            if not self.still_full() or time.monotonic() > deadline:
+                self.release()
+                raise QueueLost(f"the waiting queue never held {self.queued}: {server_load(self.url)}")
+            time.sleep(0.05)
+        return self
+
+    def still_full(self) -> bool:
+        """True while every blocker still runs (no slot freed since ``__enter__``)."""
+        return not any(ev.is_set() for ev in self.finished)
+
+    def release(self) -> None:
+        for rid in self.rids:
+            try:
+                httpx.post(self.url + "/abort_request", json={"rid": rid}, timeout=10)
+            except httpx.HTTPError:
+                pass
+        for t in self._threads:
+            t.join(30)
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def wait_idle(url: str, timeout: float = 60.0) -> dict:
+    """Wait until the scheduler holds no running or queued request; returns the last load."""
+    deadline = time.monotonic() + timeout
+    while True:
+        load = server_load(url)
+        if load["running"] == 0 and load["queued"] == 0:
+            return load
+        if time.monotonic() > deadline:
+            return load
+        time.sleep(0.2)

@@ -1,0 +1,66 @@
+"""STAND-IN for the ``sgl_kernel`` package (test tooling only; never installed for a GPU user).
+
+SGLang 0.5.20 with ``SGLANG_USE_CPU_ENGINE=1`` imports a few names from ``sgl_kernel`` at module level. The
+registry has no CPU build (the ``sglang-kernel`` wheel is CUDA-only and fails to import without
+``libcuda.so.1``), so the real-server tier puts this pure-torch package first on the server's
+``PYTHONPATH``.
+
+- ``assign_req_to_token_pool_cpu`` is the one function called while serving, and it does the real work
+  with the kernel's semantics (below).
+- Every other name only exists so that the import succeeds; calling it raises ``NotImplementedError``
+  naming the stand-in, so a path this tier does not support fails loudly instead of computing nonsense.
+- ``torch.ops.sgl_kernel`` stays empty: SGLang's AMX probe is then false and every layer takes its
+  native torch path.
+
+Cost: one Python loop over the batch per call (batch <= --max-running-requests).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__version__ = "0.0.0+cpu-standin"
+STANDIN = True
+
+
+def assign_req_to_token_pool_cpu(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, pool_len):
+    """Write each request's slice of ``out_cache_loc`` into ``req_to_token[row, start:end]``.
+
+    ``out_cache_loc`` holds the new slots of all requests back to back, in batch order.
+    """
+    del pool_len  # the kernel's bound check; slicing below is bounded by the tensor itself
+    starts = start_offset.tolist()
+    ends = end_offset.tolist()
+    rows = req_pool_indices.tolist()
+    pos = 0
+    for row, start, end in zip(rows, starts, ends):
+        n = end - start
+        if n > 0:
+            req_to_token[row, start:end] = out_cache_loc[pos : pos + n].to(req_to_token.dtype)
+        pos += n
+
+
+def _missing(name: str):
+    def stub(*args, **kwargs):
+        raise NotImplementedError(f"sgl_kernel.{name}: not provided by the CPU test stand-in (tests/support/real_server)")
+
+    stub.__name__ = name
+    return stub
+
+
+# Imported at module level by SGLang's CPU paths, never called while this tier serves.
+# (found by scanning sglang 0.5.20 for module-level ``from sgl_kernel import`` under an ``_is_cpu`` branch;
+# ``sgl_kernel.mamba`` is left out: only linear-attention models import it).
+IMPORT_ONLY = (
+    "copy_all_layer_kv_cache_cpu",
+    "rotate_input_ids_cpu",
+    "fill_accept_out_cache_loc_cpu",
+    "fill_bonus_tokens_cpu",
+    "assign_extend_cache_locs_cpu",
+    "assign_draft_cache_locs_contiguous_cpu",
+    "build_tree_kernel_efficient_cpu",
+    "verify_tree_greedy_cpu",
+)
+globals().update({_name: _missing(_name) for _name in IMPORT_ONLY})
+
+__all__ = ["assign_req_to_token_pool_cpu", *IMPORT_ONLY]
