@@ -34,6 +34,9 @@ import httpx  # noqa: E402
 from tests.support.real_server.model import build_tiny_model  # noqa: E402
 from tests.support.real_server.server import ServerConfig, running_server  # noqa: E402
 
+sys.path.insert(0, str(REPO / "scripts"))
+from bench_common import add_output_flags, write_json  # noqa: E402
+
 GOALS = {"startup_ratio": ("<=", 1.05), "throughput_ratio": (">=", 0.98)}
 
 
@@ -77,12 +80,10 @@ def measure(overlay: bool, model: Path, log_dir: Path, streams: int, tokens: int
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="1 round, 128 tokens per stream")
+    add_output_flags(ap, quick="1 round, 128 tokens per stream", png="a bar chart of both sides")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--json", metavar="FILE")
-    ap.add_argument("--png", metavar="FILE", help="bar chart of both sides (needs matplotlib)")
     ap.add_argument("--log-dir", metavar="DIR", help="server logs (default: a temporary directory)")
     args = ap.parse_args(argv)
     rounds, tokens = (1, 128) if args.quick else (args.rounds, args.tokens)
@@ -110,9 +111,7 @@ def main(argv=None) -> int:
     for key, (op, goal) in GOALS.items():
         ok = result[key] <= goal if op == "<=" else result[key] >= goal
         print(f"{key}: {result[key]:.4f} (goal {op} {goal}: {'met' if ok else 'NOT met'})")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.json, result)
     if args.png:
         import matplotlib
 
