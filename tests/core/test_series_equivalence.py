@@ -116,7 +116,7 @@ parse = sf.source_fingerprint
 sf.source_fingerprint = lambda source, qualname: calls.append(qualname) or parse(source, qualname)
 from sglang_overlay.core.verify import make_plan
 plan = make_plan()
-print("PARSED", len(calls), sorted({s.status for v in plan.statuses.values() for s in v}))
+print("PARSED", len(calls), sorted({str(s.status) for v in plan.statuses.values() for s in v}))
 """
 
 
@@ -143,7 +143,7 @@ def test_check_reports_an_edited_source_form(source_tree, tmp_path):
     lines = chat.read_text().splitlines(keepends=True)
     tree = ast.parse("".join(lines))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "OpenAIServingChat")
-    fn = next(n for n in cls.body if getattr(n, "name", "") == "_sglang_overlay_upstream__generate_chat_stream")
+    fn = next(n for n in cls.body if getattr(n, "name", "") == "_sglang_overlay_upstream__handle_streaming_request")
     lines.insert(fn.body[0].lineno - 1, " " * fn.body[0].col_offset + "edited_after_the_series = True\n")
     chat.write_text("".join(lines))
     proc = subprocess.run([sys.executable, "-m", "sglang_overlay", "check", "--json"], env=source_env(edited),
@@ -151,7 +151,7 @@ def test_check_reports_an_edited_source_form(source_tree, tmp_path):
     report = json.loads(proc.stdout)
     assert proc.returncode == 1 and not report["ok"]
     rows = {r["target"]: r for r in report["targets"]}
-    bad = rows["sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._generate_chat_stream"]
+    bad = rows["sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._handle_streaming_request"]
     assert bad["fingerprint"] == "source-drift" and "upstream definition under the source form" in bad["detail"]
     assert sum(r["fingerprint"] == "source-drift" for r in report["targets"]) == 1
     # the edited file's seal no longer holds: its one target is fingerprinted from the AST, no other
