@@ -49,6 +49,10 @@ ABORT_CODES = {
     "float_503_5": 503.5,
     "str_abc": "abc",
     "unconvertible": Unconvertible(),
+    # 400 keeps upstream's own bad-request path (a ValueError): tested apart from the matrix
+    "httpstatus_400": HTTPStatus.BAD_REQUEST,
+    "int_400": 400,
+    "str_400": "400",
 }
 
 # What the patched server must answer for each code (status; the original value as the
@@ -71,6 +75,9 @@ EXPECTED_STATUS = {
     "str_abc": (_S.INTERNAL_SERVER_ERROR, "'abc'"),
     "unconvertible": (_S.INTERNAL_SERVER_ERROR, "<Unconvertible status>"),
 }
+
+# 400 stays on upstream's own bad-request path (ValueError; OpenAI type "BadRequestError"): tested apart.
+BAD_REQUEST_KEYS = ("httpstatus_400", "int_400", "str_400")
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
 

@@ -13,6 +13,12 @@ things that need a GPU or a cluster:
   (``--moe-a2a-backend deepep``), which cannot be selected without DeepEP; it is
   the flag ``DeepseekV2MoE.forward`` reads to route to ``forward_deepep``.
 
+``deepep_backend_selected()`` selects the DeepEP backend for *construction* only
+(start-up checks): upstream's own ``DeepseekV2MoE.__init__`` builds a real
+``DeepEPMoE`` and computes ``_enable_a2a_moe`` itself; the one stand-in is the
+DeepEP dispatcher's constructor (:class:`DeepEPDispatcherConstructionStandIn`),
+which imports ``deep_ep`` and needs CUDA.
+
 ``Recorder`` notes what gate, shared experts and top-k received (forward
 pre-hooks). :func:`reference_moe` is an independent dense per-row MoE (its own
 DeepSeek-V3 grouped routing) to compare against.
@@ -82,6 +88,30 @@ class DeepEPDispatcherStandIn:
     def combine_b(self, tbo_subbatch_index=None):
         out, self._pending = self._pending, None
         return out
+
+
+class DeepEPDispatcherConstructionStandIn:
+    """Stand-in for constructing ``DeepEPDispatcher`` (``deep_ep`` + CUDA): keeps the keyword
+    arguments upstream passed, never dispatches (layers built with it are only checked)."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+@contextmanager
+def deepep_backend_selected():
+    """``--moe-a2a-backend deepep`` for building MoE layers on the CPU (see the module docstring)."""
+    import sglang.srt.batch_overlap.two_batch_overlap as tbo
+    from sglang.srt.layers.moe.utils import MoeA2ABackend
+    from sglang.srt.runtime_context import get_flags
+
+    flags = get_flags().moe
+    saved = flags.a2a_backend, tbo.DeepEPDispatcher
+    flags.a2a_backend, tbo.DeepEPDispatcher = MoeA2ABackend.DEEPEP, DeepEPDispatcherConstructionStandIn
+    try:
+        yield
+    finally:
+        flags.a2a_backend, tbo.DeepEPDispatcher = saved
 
 
 def expert_mlp(w13: torch.Tensor, w2: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -76,8 +76,9 @@ def test_lane_slot_extra_rows_and_bad_input():
         ComputePaddingLayout(3, torch.tensor([1, 1]), "test")
     with pytest.raises(LayoutError):
         ComputePaddingLayout(3, torch.tensor([0, 3]), "test")
-    with pytest.raises(LayoutError):
+    with pytest.raises(LayoutError) as info:
         attach_layout(object(), [0, 1])
+    assert str(info.value) == "attach_layout expects a ComputePaddingLayout, got list"
 
 
 def test_device_tensors_are_prepared_once_per_device():
@@ -186,3 +187,41 @@ def test_upstream_suffix_mask_on_lane_slots_drops_valid_rows_and_admits_dummy_ro
     valid = set(layout.row_indices().tolist())
     assert valid - through == {4}  # c1, a valid row, masked out
     assert through - valid == {2}  # A's dummy slot let into top-k
+
+
+# ----------------------------------------------------------------- sources and edge cases of the producers
+
+
+def test_each_producer_names_itself():
+    from types import SimpleNamespace
+
+    assert ComputePaddingLayout.identity(4).source == "identity"
+    assert ComputePaddingLayout.identity(4, "mine").source == "mine"
+    assert lane_slot_layout([5, 2, 3], 2, 1).source == "lane-slot"
+    padded = cp_padding_layout(SimpleNamespace(per_rank_actual_token=[4], per_rank_logical_token=[3]), 0)
+    whole = cp_padding_layout(SimpleNamespace(per_rank_actual_token=[4], per_rank_logical_token=[4]), 0)
+    assert (padded.source, whole.source) == ("cp-padding", "cp-padding")
+    assert repr(padded) == "ComputePaddingLayout(source='cp-padding', num_rows=4, num_valid=3)"
+
+
+def test_cp_padding_without_logical_rows_is_the_identity_and_a_rank_may_hold_only_padding():
+    from types import SimpleNamespace
+
+    no_logical = cp_padding_layout(SimpleNamespace(per_rank_actual_token=[5, 5]), 1)
+    assert (no_logical.num_rows, no_logical.has_dummy_rows) == (5, False)
+    only_padding = cp_padding_layout(SimpleNamespace(per_rank_actual_token=[4, 4], per_rank_logical_token=[7, 0]), 1)
+    assert (only_padding.num_rows, only_padding.num_valid, only_padding.row_indices().tolist()) == (4, 0, [])
+    with pytest.raises(LayoutError, match="rank 0 has -1 logical rows for 4 physical rows"):
+        cp_padding_layout(SimpleNamespace(per_rank_actual_token=[4], per_rank_logical_token=[-1]), 0)
+
+
+def test_device_tensors_are_moved_to_a_non_cpu_device_once():
+    """The accelerator branch on the CPU host: torch's "meta" device stands in for the
+    accelerator (shapes and dtypes only; pinning and non_blocking are CUDA's: scripts/gpu_check.sh)."""
+    layout = lane_slot_layout([5, 2, 3], 2, 1)
+    index, count = layout.device_tensors("meta")
+    assert (index.device.type, index.dtype, tuple(index.shape)) == ("meta", torch.int64, (4,))
+    assert (count.device.type, count.dtype, tuple(count.shape)) == ("meta", torch.int32, ())
+    assert layout.device_tensors(torch.device("meta")) == (index, count) and layout.materializations == 1
+    cpu_index, _ = layout.device_tensors("cpu")
+    assert cpu_index.device.type == "cpu" and layout.materializations == 2

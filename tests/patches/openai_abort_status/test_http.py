@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.abort_scripts import EXPECTED_STATUS
+from tests.support.abort_scripts import BAD_REQUEST_KEYS, EXPECTED_STATUS
 from tests.support.scripted_server import serve_openai
 
 SCRIPT = "tests.support.abort_scripts:dispatch"
@@ -232,6 +232,45 @@ def test_scheduler_abort_echo_path(patched_client, key, mode):
         assert r.status_code == 200 and "abort" in r.text
     else:
         assert (r.status_code, r.json()["code"]) == (status.value, status.value)
+
+
+# --------------------------------------------------------------------------- 400: upstream's bad-request path
+
+# A 400 abort keeps upstream's own answer: _handle_abort_finish_reason raises ValueError and the
+# OpenAI handler answers with create_error_response's defaults (type "BadRequestError"), where
+# every other error status goes through HTTPException (type "<code>"). The string "400" gets it too.
+
+
+def bad_request_body(key: str) -> dict:
+    return {"object": "error", "message": f"scripted abort {key}", "type": "BadRequestError", "param": None,
+            "code": 400}  # fmt: skip
+
+
+@pytest.mark.parametrize("via", ["output", "abort_req"])
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("key", BAD_REQUEST_KEYS)
+@pytest.mark.representative
+def test_400_abort_keeps_upstreams_bad_request_answer(patched_client, key, endpoint, via):
+    r = call(patched_client, endpoint, key, after=2 if via == "output" else 0, stream=False, via=via)
+    assert (r.status_code, r.json()) == (400, bad_request_body(key))
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("key", BAD_REQUEST_KEYS)
+def test_400_abort_in_a_stream(patched_client, key, endpoint):
+    early = call(patched_client, endpoint, key, after=0, stream=True)
+    assert early.status_code == 400 and early.json()["code"] == 400
+    assert early.json()["message"] == f"scripted abort {key}"
+    payloads = ok_stream(str(patched_client.base_url), endpoint, key, after=2)
+    assert errors(payloads) == [{"object": "error", "message": f"scripted abort {key}", "type": "BAD_REQUEST",
+                                 "param": None, "code": 400}]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", ["httpstatus_400", "int_400"])
+def test_upstream_answers_a_400_abort_the_same(upstream, key):
+    with httpx.Client(base_url=upstream.base_url, timeout=30) as client:
+        r = call(client, "chat", key, after=2, stream=False)
+    assert (r.status_code, r.json()) == (400, bad_request_body(key))
 
 
 # --------------------------------------------------------------------------- patched: openai client

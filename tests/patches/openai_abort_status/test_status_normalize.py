@@ -13,14 +13,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_overlay.patches.openai_abort_status.hooks import normalize_abort_status, normalize_finish_reason
-from tests.support.abort_scripts import ABORT_CODES, EXPECTED_STATUS, QueueStatus
+from tests.support.abort_scripts import ABORT_CODES, BAD_REQUEST_KEYS, EXPECTED_STATUS, QueueStatus
 
 S = HTTPStatus
 EXPECTED = EXPECTED_STATUS
 
 
 def test_the_table_covers_every_scripted_code():
-    assert set(EXPECTED) == set(ABORT_CODES)
+    assert set(EXPECTED) | set(BAD_REQUEST_KEYS) == set(ABORT_CODES)
+
+
+@pytest.mark.parametrize("key", BAD_REQUEST_KEYS)
+def test_400_codes(key):
+    assert normalize_abort_status(ABORT_CODES[key]) == (S.BAD_REQUEST, None)
 
 
 @pytest.mark.parametrize("key", sorted(EXPECTED))
@@ -114,3 +119,52 @@ def test_finish_reason_is_normalized_in_place_and_keeps_the_message():
     assert reason["message"].startswith("odd (abort status_code <HostileRepr object>")
     reason = {"type": "abort", "message": "client went away", "status_code": None}
     assert normalize_finish_reason(reason) is None and reason["message"] == "client went away"
+
+
+class IndexOnly:
+    """Neither numbers.Integral nor Real, but an integer through __index__ (as numpy-like scalars are)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+def test_anything_with_index_is_its_integer():
+    assert normalize_abort_status(IndexOnly(503)) == (S.SERVICE_UNAVAILABLE, None)
+    assert normalize_abort_status(IndexOnly(599)).status is S.INTERNAL_SERVER_ERROR
+
+
+class EvilClass:
+    """A value that even isinstance() cannot look at (its __class__ raises)."""
+
+    @property
+    def __class__(self):
+        raise RuntimeError("no class")
+
+    def __repr__(self):
+        return "<EvilClass>"
+
+
+def test_a_value_that_cannot_be_inspected_becomes_500_with_a_note():
+    reason = {"type": "abort", "message": "odd", "status_code": EvilClass()}
+    assert normalize_finish_reason(reason) is S.INTERNAL_SERVER_ERROR
+    assert reason == {"type": "abort", "status_code": S.INTERNAL_SERVER_ERROR,
+                      "message": "odd (abort status_code unreadable; reported as 500)"}  # fmt: skip
+
+
+def test_a_missing_message_gets_the_default_before_the_note():
+    reason = {"type": "abort", "status_code": "abc"}
+    normalize_finish_reason(reason)
+    assert reason["message"] == "Generation aborted. (abort status_code 'abc' is not an HTTP error status; reported as 500)"
+
+
+@pytest.mark.parametrize(
+    "length, shown",
+    [(80, "'" + "a" * 78 + "'"), (81, "'" + "a" * 76 + "..."), (82, "'" + "a" * 76 + "...")],
+)
+def test_long_values_are_cut_to_80_characters_in_the_note(length, shown):
+    value = "a" * (length - 2)  # its repr adds the two quotes
+    note = normalize_abort_status(value).note
+    assert note == f"abort status_code {shown} is not an HTTP error status; reported as 500"
