@@ -18,7 +18,9 @@ import pytest
 
 from tests.conftest import REPO, subprocess_env
 
-pytestmark = pytest.mark.e2e
+# slow, not e2e: it launches a server of its own with two tokenizer workers (minutes on 2 cores), and it
+# was not yet seen passing since the workers' health-check fix; run it with -m slow.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def _read_until(proc, pattern: str, timeout_s: float, seen: list[str]) -> re.Match:
