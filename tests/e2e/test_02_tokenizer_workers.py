@@ -24,7 +24,7 @@ def server(request, server_pool):
 
 
 def worker_processes(server):
-    return [p for p in server.processes() if "tokenizer_worker" in " ".join(p.cmdline())]
+    return server.tokenizer_workers()
 
 
 def test_two_tokenizer_workers_run(server):

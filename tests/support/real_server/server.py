@@ -194,6 +194,17 @@ class RealServer:
         except psutil.NoSuchProcess:
             return []
 
+    def tokenizer_workers(self) -> list:
+        """The live processes titled ``sglang::tokenizer_worker:<pid>`` (set in ``TokenizerWorker.__init__``)."""
+        found = []
+        for proc in self.processes():
+            try:
+                if "tokenizer_worker" in " ".join(proc.cmdline()):
+                    found.append(proc)
+            except Exception:  # psutil.Error: the process went between listing and reading
+                continue
+        return found
+
     def stop(self, grace_s: float = 20.0) -> list[int]:
         """Stop the whole launch; returns (and records) pids that had to be killed outside the group."""
         known = {p.pid for p in self.processes()}
@@ -264,8 +275,12 @@ WORKER_DIED = "Child process ["  # uvicorn's supervisor: "Child process [PID] di
 MAX_WORKER_DEATHS = 3
 
 
-def _wait_ready(server: RealServer, timeout_s: float) -> None:
-    """Poll until ready; fail at once when the root process exits or tokenizer workers keep dying."""
+def _wait_ready(server: RealServer, timeout_s: float, poll_s: float = 0.5) -> None:
+    """Poll until ready; fail at once when the root process exits or tokenizer workers keep dying.
+
+    Ready means ``/health`` and ``/v1/models`` answer and, with ``--tokenizer-worker-num N``, all N workers
+    have entered ``TokenizerWorker.__init__``: one worker answers HTTP while uvicorn may still be spawning
+    the next on loaded cores (CI saw a w2 server "ready" with one worker)."""
     start = time.monotonic()
     with httpx.Client(timeout=5.0) as client:
         while True:
@@ -279,19 +294,23 @@ def _wait_ready(server: RealServer, timeout_s: float) -> None:
                                        f"ready (uvicorn respawns them forever); log {server.log_path}:\n{server.log_tail()}")
             try:
                 if client.get(f"{server.url}/health").status_code == 200 and \
-                        client.get(f"{server.url}/v1/models").status_code == 200:
+                        client.get(f"{server.url}/v1/models").status_code == 200 and \
+                        (server.config.tokenizer_workers == 1
+                         or len(server.tokenizer_workers()) >= server.config.tokenizer_workers):
                     return
             except httpx.HTTPError:
                 pass
             if time.monotonic() - start > timeout_s:
                 raise ServerStartError(f"server {server.config.name} not ready after {timeout_s:.0f} s; "
                                        f"log {server.log_path}:\n{server.log_tail()}")
-            time.sleep(0.5)
+            time.sleep(poll_s)
 
 
 def start_server(config: ServerConfig, log_dir: str | os.PathLike, model_dir: Path | None = None,
-                 timeout_s: float = 300.0) -> RealServer:
-    """Launch and wait until ready; on failure the launch is stopped whole and ServerStartError raised."""
+                 timeout_s: float = 300.0, poll_s: float = 0.5) -> RealServer:
+    """Launch and wait until ready; on failure the launch is stopped whole and ServerStartError raised.
+
+    ``poll_s`` is the readiness poll interval, so also the resolution of ``time_to_ready``."""
     model_dir = Path(model_dir) if model_dir else build_tiny_model()
     port = free_port()
     launch_id = uuid.uuid4().hex
@@ -306,7 +325,7 @@ def start_server(config: ServerConfig, log_dir: str | os.PathLike, model_dir: Pa
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     server = RealServer(config, port, proc, log_path, launch_id)
     try:
-        _wait_ready(server, timeout_s)
+        _wait_ready(server, timeout_s, poll_s)
     except BaseException:
         server.stop(grace_s=5)
         raise
@@ -316,8 +335,8 @@ def start_server(config: ServerConfig, log_dir: str | os.PathLike, model_dir: Pa
 
 @contextmanager
 def running_server(config: ServerConfig, log_dir: str | os.PathLike, model_dir: Path | None = None,
-                   timeout_s: float = 300.0):
-    server = start_server(config, log_dir, model_dir, timeout_s)
+                   timeout_s: float = 300.0, poll_s: float = 0.5):
+    server = start_server(config, log_dir, model_dir, timeout_s, poll_s)
     try:
         yield server
     finally:
