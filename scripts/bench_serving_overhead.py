@@ -2,14 +2,19 @@
 """Serving overhead of the overlay in a real SGLang server on the CPU: the same server flags with and
 without the overlay, side by side in one run (tiny offline model, tests/support/real_server).
 
-Per round, one launch per side, in alternating order (overlay first in even rounds, upstream first in odd
-ones) so that warm-up effects and background load fall on both sides alike. Each launch measures
-- time to ready: process start to ``/health`` and ``/v1/models`` answering (warm-up request included);
-- throughput: output tokens/s of ``--streams`` (8) concurrent streaming completions of ``--tokens`` tokens
-  each (ignore_eos, greedy), after one warm-up request; tokens are the server's own usage counts.
-Reports medians over rounds: ``startup_ratio`` = overlay / upstream time to ready (goal <= 1.05) and
-``throughput_ratio`` = overlay / upstream tokens/s (goal >= 0.98). Both sides carry the CPU stand-ins
-(``SGLANG_PLUGINS=cpu_standins[,sglang_overlay]``).
+Per round, in alternating order (overlay first in even rounds, upstream first in odd ones):
+- time to ready: one launch per side, alone on the machine, from process start to ``/health`` and
+  ``/v1/models`` answering (warm-up request included), polled every 0.1 s;
+- throughput: both sides launched together, then ``--bursts`` bursts per side, alternating side by side
+  (A B B A ...), each burst ``--streams`` (8) concurrent streaming completions of ``--tokens`` tokens
+  (ignore_eos, greedy), tokens counted from the server's own usage. The side not bursting is suspended
+  (SIGSTOP on each of its processes, SIGCONT after): an idle SGLang scheduler busy-polls, and two of them
+  on 2 cores cut throughput tenfold. A burst pair shares the machine's minute: on 2 shared cores one
+  launch's throughput varies by tens of percent between launches, far more than the overhead under
+  test, while bursts paired inside one pair of launches vary much less.
+Reports the median over all pairs of the ratio overlay / upstream: ``startup_ratio`` (per round, goal
+<= 1.05) and ``throughput_ratio`` (per burst pair, goal >= 0.98), with the pairs' min and max. Both sides
+carry the CPU stand-ins (``SGLANG_PLUGINS=cpu_standins[,sglang_overlay]``).
 
     .venv/bin/python scripts/bench_serving_overhead.py --quick --json out/serving_overhead.json
 """
@@ -23,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,9 +60,7 @@ def stream_tokens(url: str, tokens: int, out: list, idx: int) -> None:
     out[idx] = used
 
 
-def throughput(url: str, streams: int, tokens: int) -> float:
-    warm = [0]
-    stream_tokens(url, 16, warm, 0)
+def burst(url: str, streams: int, tokens: int) -> float:
     counts = [0] * streams
     threads = [threading.Thread(target=stream_tokens, args=(url, tokens, counts, i)) for i in range(streams)]
     start = time.perf_counter()
@@ -70,39 +74,112 @@ def throughput(url: str, streams: int, tokens: int) -> float:
     return sum(counts) / wall
 
 
-def measure(overlay: bool, model: Path, log_dir: Path, streams: int, tokens: int) -> dict:
-    config = ServerConfig(overlay=overlay, max_running_requests=max(8, streams))
-    with running_server(config, log_dir, model) as server:
-        ready = server.time_to_ready
-        tps = throughput(server.url, streams, tokens)
-    return {"side": "overlay" if overlay else "upstream", "time_to_ready_s": round(ready, 3), "tokens_per_s": round(tps, 2)}
+def config(overlay: bool, streams: int) -> ServerConfig:
+    return ServerConfig(overlay=overlay, max_running_requests=max(8, streams))
+
+
+def time_to_ready(overlay: bool, model: Path, log_dir: Path, streams: int) -> float:
+    with running_server(config(overlay, streams), log_dir, model, poll_s=0.1) as server:
+        return server.time_to_ready
+
+
+def paired_bursts(order: tuple, model: Path, log_dir: Path, streams: int, tokens: int, bursts: int) -> list:
+    """Both sides up at once; ``bursts`` bursts each, alternating A B B A ...; one dict per burst pair."""
+    with running_server(config(order[0], streams), log_dir, model) as first, \
+            running_server(config(order[1], streams), log_dir, model) as second:
+        url = {order[0]: first.url, order[1]: second.url}
+        server_of = {order[0]: first, order[1]: second}
+        for side in order:  # warm-up: a whole burst (the first batch of a new size is slower)
+            with suspended(server_of[not side]):
+                burst(url[side], streams, 32)
+        pairs = []
+        for i in range(bursts):
+            pair = {}
+            for side in (order if i % 2 == 0 else order[::-1]):
+                name = "overlay" if side else "upstream"
+                with suspended(server_of[not side]), cpu_used(server_of[side]) as cpu:
+                    pair[name] = round(burst(url[side], streams, tokens), 2)
+                pair[f"{name}_cpu_ms_per_token"] = {role: round(ms / (streams * tokens), 4) for role, ms in cpu.items()}
+            pairs.append(pair)
+    return pairs
+
+
+def _role(proc) -> str:
+    name = proc.name()
+    return name.split("::", 1)[1].split(":")[0] if name.startswith("sglang::") else "http_server"
+
+
+@contextmanager
+def cpu_used(server):
+    """CPU milliseconds (user + system) each process role of ``server`` used during the block."""
+    procs = server.processes()
+    before = {p.pid: sum(p.cpu_times()[:2]) for p in procs}
+    used: dict = {}
+    yield used
+    for proc in procs:
+        try:
+            ms = (sum(proc.cpu_times()[:2]) - before[proc.pid]) * 1e3
+        except Exception:  # psutil.Error: the process went
+            continue
+        used[_role(proc)] = used.get(_role(proc), 0.0) + ms
+
+
+@contextmanager
+def suspended(server):
+    """Every process of ``server`` stopped (SIGSTOP) for the block, continued after."""
+    procs = server.processes()
+    for proc in procs:
+        proc.suspend()
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.resume()
+
+
+def ratios(rows: list, metric: str | None = None) -> list:
+    """overlay / upstream per pair (``rows``: dicts with both sides, or runs grouped by round)."""
+    if metric is not None:
+        by_round = {}
+        for run in rows:
+            by_round.setdefault(run["round"], {})[run["side"]] = run[metric]
+        rows = [r for _, r in sorted(by_round.items())]
+    return [r["overlay"] / r["upstream"] for r in rows]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_output_flags(ap, quick="1 round, 128 tokens per stream", png="a bar chart of both sides")
+    add_output_flags(ap, quick="1 round, 128 tokens per stream, 2 bursts", png="the paired ratios with their goals")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--bursts", type=int, default=8, help="throughput bursts per side per round")
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--log-dir", metavar="DIR", help="server logs (default: a temporary directory)")
     args = ap.parse_args(argv)
-    rounds, tokens = (1, 128) if args.quick else (args.rounds, args.tokens)
+    rounds, tokens, bursts = (1, 128, 2) if args.quick else (args.rounds, args.tokens, args.bursts)
     model = build_tiny_model()
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="bench-serving-"))
-    runs = []
+    starts, pairs = [], []
     for r in range(rounds):
-        for overlay in ((True, False) if r % 2 == 0 else (False, True)):
-            run = measure(overlay, model, log_dir, args.streams, tokens)
-            run["round"] = r
-            runs.append(run)
-            print(f"round {r} {run['side']:8s} ready {run['time_to_ready_s']:7.2f} s  {run['tokens_per_s']:8.1f} tok/s",
-                  flush=True)
-    med = {side: {k: statistics.median(x[k] for x in runs if x["side"] == side) for k in ("time_to_ready_s", "tokens_per_s")}
-           for side in ("overlay", "upstream")}
+        order = (True, False) if r % 2 == 0 else (False, True)
+        for overlay in order:
+            ready = time_to_ready(overlay, model, log_dir, args.streams)
+            starts.append({"round": r, "side": "overlay" if overlay else "upstream", "time_to_ready_s": round(ready, 3)})
+            print(f"round {r} {starts[-1]['side']:8s} ready {ready:7.2f} s", flush=True)
+        for pair in paired_bursts(order, model, log_dir, args.streams, tokens, bursts):
+            pairs.append({"round": r, **pair})
+            cpu = "  ".join(f"{side[0]}:{role}={ms:.3f}" for side in ("upstream", "overlay")
+                            for role, ms in sorted(pair[f"{side}_cpu_ms_per_token"].items()))
+            print(f"round {r} burst pair  upstream {pair['upstream']:8.1f} tok/s  overlay {pair['overlay']:8.1f} tok/s"
+                  f"  cpu ms/token {cpu}", flush=True)
+    paired = {"startup_ratio": ratios(starts, "time_to_ready_s"), "throughput_ratio": ratios(pairs)}
+    med = {side: {"time_to_ready_s": statistics.median(x["time_to_ready_s"] for x in starts if x["side"] == side),
+                  "tokens_per_s": statistics.median(x[side] for x in pairs)} for side in ("overlay", "upstream")}
     result = {
-        "rounds": rounds, "streams": args.streams, "tokens_per_stream": tokens, "runs": runs, "median": med,
-        "startup_ratio": round(med["overlay"]["time_to_ready_s"] / med["upstream"]["time_to_ready_s"], 4),
-        "throughput_ratio": round(med["overlay"]["tokens_per_s"] / med["upstream"]["tokens_per_s"], 4),
+        "rounds": rounds, "streams": args.streams, "tokens_per_stream": tokens, "bursts_per_side_per_round": bursts,
+        "starts": starts, "burst_pairs": pairs, "median": med,
+        **{key: round(statistics.median(r), 4) for key, r in paired.items()},
+        "paired_ratios": {key: [round(x, 4) for x in r] for key, r in paired.items()},
         "goals": {k: f"{op} {v}" for k, (op, v) in GOALS.items()},
     }
     print(f"\n{'':10s}{'time to ready (s)':>20s}{'tokens/s':>12s}")
@@ -110,7 +187,8 @@ def main(argv=None) -> int:
         print(f"{side:10s}{med[side]['time_to_ready_s']:20.2f}{med[side]['tokens_per_s']:12.1f}")
     for key, (op, goal) in GOALS.items():
         ok = result[key] <= goal if op == "<=" else result[key] >= goal
-        print(f"{key}: {result[key]:.4f} (goal {op} {goal}: {'met' if ok else 'NOT met'})")
+        spread = f"paired min {min(paired[key]):.4f} max {max(paired[key]):.4f}"
+        print(f"{key}: {result[key]:.4f} (goal {op} {goal}: {'met' if ok else 'NOT met'}; {spread})")
     write_json(args.json, result)
     if args.png:
         import matplotlib
@@ -118,10 +196,14 @@ def main(argv=None) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, 2, figsize=(8, 3))
-        for ax, key, label in ((axes[0], "time_to_ready_s", "time to ready (s)"), (axes[1], "tokens_per_s", "tokens/s")):
-            ax.bar(["upstream", "overlay"], [med["upstream"][key], med["overlay"][key]], color=["grey", "tab:blue"])
-            ax.set_title(label)
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3))
+        for ax, key, goal in ((axes[0], "startup_ratio", 1.05), (axes[1], "throughput_ratio", 0.98)):
+            ax.plot(range(1, len(paired[key]) + 1), paired[key], "o", color="tab:blue")
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.axhline(goal, color="tab:red", linestyle="--", linewidth=0.8, label=f"goal {goal}")
+            ax.set_title(f"{key} per pair (median {result[key]:.3f})")
+            ax.set_xlabel("pair")
+            ax.legend()
         fig.tight_layout()
         fig.savefig(args.png)
     return 0
