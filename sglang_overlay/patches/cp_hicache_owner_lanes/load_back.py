@@ -162,15 +162,12 @@ def _lanes(values) -> str:
     return "[" + ",".join(str(v) for v in values) + "]"
 
 
-def _plan_evict_alloc(cache, state, metas, last_loc, last_hit_node):
-    """Plan, evict what the plan chose, allocate by owner class: device indices or None."""
-    shard_size = state.shard_size
+def _timed_plan(cache, state, metas, free_before, last_hit_node):
+    """Plan the owner-lane eviction for ``metas``; count it and warn when planning was slow."""
     counters = state.counters
-    free_before = state.allocator.class_free_page_counts()
-
     t0 = time.perf_counter()
-    need = need_of(metas, shard_size)
-    plan = plan_owner_lane_eviction(cache, need, free_before, state.index, shard_size)
+    need = need_of(metas, state.shard_size)
+    plan = plan_owner_lane_eviction(cache, need, free_before, state.index, state.shard_size)
     plan_ms = (time.perf_counter() - t0) * 1e3
     finish_plan(plan)
     counters.last_plan_ms = plan_ms
@@ -186,34 +183,34 @@ def _plan_evict_alloc(cache, state, metas, last_loc, last_hit_node):
             last_hit_node.id, plan_ms, state.slow_plan_ms, plan.scanned,
             _lanes(need), _lanes(free_before), _lanes(plan.deficit),
         )
+    return need, plan
 
-    device_indices = None
-    logged = set()
-    if plan.covered:
-        if plan.leaves:
-            evict_planned(cache, plan.leaves)
-            free_after = state.allocator.class_free_page_counts()
-            freed = [a - b for a, b in zip(free_after, free_before)]
-            counters.record_eviction(freed, len(plan.leaves))
-            if any(f < p for f, p in zip(freed, plan.pages_per_lane)):
-                logged.add(ctr.WARN_SHORT_EVICTION)
-                counters.record_warning(ctr.WARN_SHORT_EVICTION)
-                logger.warning(
-                    "owner-lane load-back: eviction for node %d freed less than planned: "
-                    "planned=%s freed=%s need=%s free=%s deficit=%s",
-                    last_hit_node.id, _lanes(plan.pages_per_lane), _lanes(freed),
-                    _lanes(need), _lanes(free_before), _lanes(plan.deficit),
-                )
-        device_indices = alloc_owner_classed(state.allocator, metas, last_loc)
-        if device_indices is None and ctr.WARN_SHORT_EVICTION not in logged:
-            counters.record_warning(ctr.WARN_SHORT_EVICTION)
-            logger.warning(
-                "owner-lane load-back: refused for node %d, classes still short after the "
-                "planned eviction: need=%s free=%s deficit=%s",
-                last_hit_node.id, _lanes(need), _lanes(state.allocator.class_free_page_counts()),
-                _lanes(plan.deficit),
-            )
-    else:
+
+def _evict_for_plan(cache, state, plan, need, free_before, last_hit_node) -> bool:
+    """Evict the plan's leaves; True when they freed less than planned (warned once here)."""
+    if not plan.leaves:
+        return False
+    evict_planned(cache, plan.leaves)
+    freed = [a - b for a, b in zip(state.allocator.class_free_page_counts(), free_before)]
+    state.counters.record_eviction(freed, len(plan.leaves))
+    if not any(f < p for f, p in zip(freed, plan.pages_per_lane)):
+        return False
+    state.counters.record_warning(ctr.WARN_SHORT_EVICTION)
+    logger.warning(
+        "owner-lane load-back: eviction for node %d freed less than planned: "
+        "planned=%s freed=%s need=%s free=%s deficit=%s",
+        last_hit_node.id, _lanes(plan.pages_per_lane), _lanes(freed),
+        _lanes(need), _lanes(free_before), _lanes(plan.deficit),
+    )
+    return True
+
+
+def _plan_evict_alloc(cache, state, metas, last_loc, last_hit_node):
+    """Plan, evict what the plan chose, allocate by owner class: device indices or None."""
+    counters = state.counters
+    free_before = state.allocator.class_free_page_counts()
+    need, plan = _timed_plan(cache, state, metas, free_before, last_hit_node)
+    if not plan.covered:
         counters.record_warning(ctr.WARN_REFUSED)
         logger.warning(
             "owner-lane load-back: refused for node %d, deficit remains after planning: "
@@ -221,7 +218,18 @@ def _plan_evict_alloc(cache, state, metas, last_loc, last_hit_node):
             last_hit_node.id, _lanes(need), _lanes(free_before), _lanes(plan.deficit),
             _lanes(plan.remaining), plan.scanned,
         )
+        return None
 
+    warned_short = _evict_for_plan(cache, state, plan, need, free_before, last_hit_node)
+    device_indices = alloc_owner_classed(state.allocator, metas, last_loc)
+    if device_indices is None and not warned_short:
+        counters.record_warning(ctr.WARN_SHORT_EVICTION)
+        logger.warning(
+            "owner-lane load-back: refused for node %d, classes still short after the "
+            "planned eviction: need=%s free=%s deficit=%s",
+            last_hit_node.id, _lanes(need), _lanes(state.allocator.class_free_page_counts()),
+            _lanes(plan.deficit),
+        )
     return device_indices
 
 
