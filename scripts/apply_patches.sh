@@ -6,8 +6,10 @@
 #   scripts/apply_patches.sh                 CPU hosts and CI: torch+torchvision pair from the registry,
 #                                            sglang --no-deps (sha256-verified wheel), pure-Python lock
 #   scripts/apply_patches.sh --gpu           GPU hosts: upstream's full dependency set at its own pins
+#   scripts/apply_patches.sh --upstream VER  another supported pin (patches/pins/VER/upstream.lock,
+#                                            scripts/requirements-cpu-VER.lock; environment .venv-VER/)
 #   scripts/apply_patches.sh --venv DIR      use/create another environment
-#   scripts/apply_patches.sh --print-pin     print the pin read from patches/upstream.lock and exit
+#   scripts/apply_patches.sh --print-pin     print the pin read from the lock and exit
 #   scripts/apply_patches.sh --source DIR    apply the diff series (patches/series) to an upstream checkout
 #                                            (files under DIR/python/sglang/...) instead of setting up
 #   scripts/apply_patches.sh --site-packages apply the diff series to the environment's installed sglang
@@ -20,22 +22,26 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-LOCK="$REPO/patches/upstream.lock"
+PIN_DIR="$REPO/patches"
+LOCK="$PIN_DIR/upstream.lock"
 REQS="$REPO/scripts/requirements-cpu.lock"
 MODE=cpu
-VENV="$REPO/.venv"
+VENV=""
+UPSTREAM=""
 PYTHON="${PYTHON:-python3}"
 PRINT_PIN=0
 SERIES_INTO=""
 SOURCE_DIR=""
 WHEEL_CACHE="${SGLANG_OVERLAY_WHEEL_CACHE:-$HOME/.cache/sglang-overlay/wheels}"
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpu) MODE=gpu ;;
     --cpu) MODE=cpu ;;
     --venv) VENV="$2"; shift ;;
+    --upstream) [ $# -ge 2 ] || { echo "apply_patches.sh: --upstream needs a version" >&2; exit 2; }
+                UPSTREAM="$2"; shift ;;
     --python) PYTHON="$2"; shift ;;
     --print-pin) PRINT_PIN=1 ;;
     --source) [ $# -ge 2 ] || { echo "apply_patches.sh: --source needs a directory" >&2; exit 2; }
@@ -51,10 +57,21 @@ step() { echo "==> $*"; }
 die() { echo "apply_patches.sh: ERROR: $*" >&2; exit 1; }
 
 # --- the pin, read from the one place it lives ---------------------------------------------
-pin() { "$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["upstream"][sys.argv[2]])' "$LOCK" "$1"; }
+pin() { "$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["upstream"].get(sys.argv[2], sys.argv[3]))' "$LOCK" "$1" "${2:-}"; }
 [ -f "$LOCK" ] || die "missing $LOCK"
+DEFAULT_VERSION="$(pin version)"
+if [ -n "$UPSTREAM" ] && [ "$UPSTREAM" != "$DEFAULT_VERSION" ]; then
+  PIN_DIR="$REPO/patches/pins/$UPSTREAM"
+  LOCK="$PIN_DIR/upstream.lock"
+  SUPPORTED="$DEFAULT_VERSION $( (ls "$REPO/patches/pins" 2>/dev/null || true) | tr '\n' ' ')"
+  [ -f "$LOCK" ] || die "sglang==$UPSTREAM is not a supported pin (supported: $SUPPORTED)"
+  REQS="$REPO/scripts/requirements-cpu-$UPSTREAM.lock"
+  VENV="${VENV:-$REPO/.venv-$UPSTREAM}"
+fi
+VENV="${VENV:-$REPO/.venv}"
 SGLANG_VERSION="$(pin version)"; WHEEL="$(pin wheel)"; WHEEL_SHA="$(pin wheel_sha256)"
 TORCH_VERSION="$(pin torch)"; TORCHVISION_VERSION="$(pin torchvision)"; PY_VERSION="$(pin python)"
+TORCH_PIP="$(pin torch_pip isolated)"
 if [ "$PRINT_PIN" = 1 ]; then
   echo "sglang==$SGLANG_VERSION torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION python==$PY_VERSION"
   echo "wheel $WHEEL sha256 $WHEEL_SHA"
@@ -64,14 +81,14 @@ fi
 # --- the diff series, applied to sources (the source form; no environment is set up) ----------
 # $1: directory git apply runs in, $2: leading path components to strip, $3: what is patched.
 apply_series() {
-  local dir="$1" strip="$2" what="$3" list="$REPO/patches/series" p err
+  local dir="$1" strip="$2" what="$3" list="$PIN_DIR/series" p err
   command -v git >/dev/null || die "git is needed to apply the series (git apply)"
   [ -f "$list" ] || die "missing $list"
   local files=() reversed=()
   while IFS= read -r p; do
     case "$p" in ''|'#'*) continue ;; esac
-    [ -f "$REPO/patches/$p" ] || die "patches/series names $p, which does not exist"
-    files+=("$REPO/patches/$p")
+    [ -f "$PIN_DIR/$p" ] || die "$list names $p, which does not exist"
+    files+=("$PIN_DIR/$p")
   done < "$list"
   [ ${#files[@]} -gt 0 ] || die "patches/series lists no patch"
   for ((i = ${#files[@]} - 1; i >= 0; i--)); do reversed+=("${files[i]}"); done
@@ -152,9 +169,14 @@ else
   step "[4/7] torch==$TORCH_VERSION + torchvision==$TORCHVISION_VERSION from the registry, as a pair"
   # torch.__version__ carries the build's local label (2.13.0+cu130): compare the public version.
   if ! "$VENV/bin/python" -c "import sys, torch, torchvision; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION' or torchvision.__version__.split('+')[0] != '$TORCHVISION_VERSION')" 2>/dev/null; then
-    # --isolated: a local-version build (e.g. 2.13.0+cpu) offered by this host's pip config does not pair
-    # with the registry's torchvision ("operator torchvision::nms does not exist").
-    "${PIP[@]}" install --isolated "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+    # torch_pip "isolated" (0.5.20): a local-version build (e.g. 2.13.0+cpu) offered by this host's pip
+    # config does not pair with the registry's torchvision ("operator torchvision::nms does not exist").
+    # "config" (0.5.23): the host's configured index serves the pair itself; --isolated would skip it.
+    if [ "$TORCH_PIP" = config ]; then
+      "${PIP[@]}" install "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+    else
+      "${PIP[@]}" install --isolated "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+    fi
   fi
   "$VENV/bin/python" -c "import sys, torch, torchvision; v = torch.__version__; sys.exit(0 if v.split('+')[0] == '$TORCH_VERSION' else 'torch ' + v + ' installed, the pin is $TORCH_VERSION')" \
     || die "torch/torchvision do not import as the pinned pair"
@@ -174,4 +196,8 @@ if ! "$VENV/bin/sglang-overlay" check; then
   touch "$VENV/.sglang-overlay-incomplete"
   die "the overlay does not verify against this environment (see the table above)"
 fi
-echo "==> done: $VENV is pinned and verified. Tests: $VENV/bin/python -m pytest"
+if [ "$PIN_DIR" = "$REPO/patches" ]; then
+  echo "==> done: $VENV is pinned and verified. Tests: $VENV/bin/python -m pytest"
+else
+  echo "==> done: $VENV is pinned and verified. The pin's tests: $VENV/bin/python -m pytest tests/*/test_v${SGLANG_VERSION//./_}*.py tests/*/*/test_v${SGLANG_VERSION//./_}*.py"
+fi

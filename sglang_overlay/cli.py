@@ -197,11 +197,14 @@ def run_process_hook(install: bool, as_json: bool) -> int:
 
 
 def run_lock(wheel: str | None, check_only: bool, include_extra: bool, as_json: bool = False) -> int:
-    current = lockfile.read_lock() if lockfile.lock_path().exists() else None
     version = installed_sglang_version()
     if version is None:
         err_console.print("sglang-overlay lock: no sglang installed")
         return 1
+    # the installed release's own lock (patches/pins/<version>/ for a new pin), or the override
+    target_path = lockfile.lock_path() if settings.lock_override() else lockfile.pin_dir(version) / lockfile.LOCK_NAME
+    current = lockfile.read_lock(target_path) if target_path.exists() else None
+    template = current or lockfile.read_lock(lockfile.patches_dir() / lockfile.LOCK_NAME)
     from sglang_overlay.core import source_form
 
     if source_form.applied_series():
@@ -216,12 +219,10 @@ def run_lock(wheel: str | None, check_only: bool, include_extra: bool, as_json: 
         err_console.print(f"sglang-overlay lock: sglang {version} is not the locked version; pass --wheel FILE "
                           "(pip download --no-deps sglang==VERSION) so the lock records its sha256")
         return 1
-    if current is None:
-        err_console.print(f"sglang-overlay lock: no lock at {lockfile.lock_path()} to take the torch/Python pin from")
-        return 1
-    pin = lockfile.Pin(**{**current["upstream"], "package": "sglang", "version": version,
+    # a new pin starts from the default pin's torch/Python fields: edit them in its lock (apply_patches.sh reads them)
+    pin = lockfile.Pin(**{**template["upstream"], "package": "sglang", "version": version,
                           "wheel": wheel_name, "wheel_sha256": wheel_sha})
-    patches = [p for p in discover_patches() if include_extra or not p.extra]
+    patches = [p for p in discover_patches(version) if include_extra or not p.extra]
     try:
         data = lockfile.build_lock(patches, pin, fingerprint.fingerprint_installed, fingerprint.installed_file_digest)
     except fingerprint.TargetNotFound as exc:
@@ -230,13 +231,14 @@ def run_lock(wheel: str | None, check_only: bool, include_extra: bool, as_json: 
     if check_only:
         same = data == current
         if as_json:
-            print(json.dumps({"lock": str(lockfile.lock_path()), "sglang": version, "up_to_date": same}))
+            print(json.dumps({"lock": str(target_path), "sglang": version, "up_to_date": same}))
         elif same:
-            console.print(f"{lockfile.lock_path()} matches the installed upstream")
+            console.print(f"{target_path} matches the installed upstream")
         else:
-            err_console.print(f"sglang-overlay lock --check: {lockfile.lock_path()} differs from the installed upstream")
+            err_console.print(f"sglang-overlay lock --check: {target_path} differs from the installed upstream")
         return 0 if same else 1
-    path = lockfile.write_lock(data, lockfile.lock_path())
+    target_path.parent.mkdir(parents=True, exist_ok=True)
+    path = lockfile.write_lock(data, target_path)
     if as_json:
         print(json.dumps({"lock": str(path), "sglang": version, "targets": len(data["targets"]), "written": True}))
     else:
@@ -308,16 +310,17 @@ def run_series(write: bool, upstream: str | None, as_json: bool = False) -> int:
     if package_dir is None or not package_dir.is_dir():
         err_console.print(f"sglang-overlay series: no sglang package at {package_dir}")
         return 2
-    patches_dir = lockfile.default_lock_path().parent
+    patches_dir = lockfile.default_lock_path().parent  # the pin's folder: patches/ or patches/pins/<version>/
     try:
-        files = series_diff.generate(package_dir, patches_dir)
+        files = series_diff.generate(package_dir)
     except (series_diff.SeriesError, fingerprint.TargetNotFound, OSError) as exc:
         err_console.print(f"[red]sglang-overlay series: {exc}[/red]")
         return 1
-    readme = patches_dir.parent / "README.md"
+    readme = lockfile.patches_dir().parent / "README.md"
     series = [p for p in discover_patches(lockfile.read_pin().version) if not p.extra]
+    default_pin = patches_dir == lockfile.patches_dir()  # the README's tables describe the default pin
     try:
-        readme_now = readme.read_text(encoding="utf-8") if readme.is_file() else None
+        readme_now = readme.read_text(encoding="utf-8") if readme.is_file() and default_pin else None
         readme_new = series_diff.readme_with_block(readme_now, series) if readme_now is not None else None
     except series_diff.SeriesError as exc:
         err_console.print(f"[red]sglang-overlay series: {exc}[/red]")

@@ -1,5 +1,8 @@
 """Shared pytest set-up: offline, quiet, repository root importable (tests.support).
 
+Pins: a module named ``test_v<major>_<minor>_<patch>*.py`` (``test_v0_5_23.py``) tests one supported
+upstream pin's implementation; it is collected only where that sglang is installed.
+
 Data: ``GSM8K_DIR`` is the small committed fixture (tests/data/gsm8k, MIT, with its notice), so a
 clone with nothing beside it runs its suite. ``full_gsm8k_dir()`` finds the full splits (the
 project's ``../shared/data/gsm8k``, else the runner's cache); tests that need them carry
@@ -7,6 +10,7 @@ project's ``../shared/data/gsm8k``, else the runner's cache); tests that need th
 """
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -64,6 +68,27 @@ def pytest_configure(config):
         raise pytest.UsageError(problem)
 
 
+def _installed_sglang() -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+_PIN_MODULE = re.compile(r"^test_v(\d+)_(\d+)_(\d+)(_\w+)?\.py$")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """``test_v0_5_23*.py`` holds one pin's tests (sglang 0.5.23 here): collected only where that sglang
+    is installed, ignored (neither run nor skipped: nothing is missing) under any other."""
+    match = _PIN_MODULE.match(collection_path.name)
+    if match is None:
+        return None
+    return True if ".".join(match.groups()[:3]) != _installed_sglang() else None
+
+
 def pytest_collection_modifyitems(config, items):
     from tests.support.series_forms import current_form, source_form_skip_reason
 
@@ -79,5 +104,5 @@ def pytest_report_header(config):
     from tests.support.series_forms import current_form
 
     full = full_gsm8k_dir()
-    return [f"sglang-overlay form: {current_form()}",
+    return [f"sglang-overlay form: {current_form()}, installed sglang {_installed_sglang()}",
             f"full GSM8K splits: {full or 'none here (tests that need them are skipped)'}"]

@@ -1,7 +1,12 @@
 """patches/upstream.lock: the upstream pin and every hooked target's fingerprint.
 
 The lock is the one place the pin lives: the package, scripts/apply_patches.sh
-and the tests all read it. JSON, sorted, one target per entry::
+and the tests all read it. ``patches/upstream.lock`` is the default pin;
+each other supported upstream release has its own folder
+``patches/pins/<version>/`` (its lock, and its series once generated). In a
+process the lock is the one whose version is the installed sglang's, else the
+default (whose version check then names every supported pin). JSON, sorted, one
+target per entry::
 
     {"upstream": {"package": "sglang", "version": "0.5.20", "wheel": ..., "wheel_sha256": ...,
                   "torch": "2.13.0", "torchvision": "0.28.0", "python": "3.11"},
@@ -12,8 +17,9 @@ and the tests all read it. JSON, sorted, one target per entry::
 ``sglang-overlay lock`` regenerates it from the installed upstream.
 
 Invariants: the lock is the only place the pin lives; JSON sorted, so regenerating an unchanged
-upstream is byte-identical; a hand-edited fingerprint breaks its module's seal. Cost: one small
-JSON read per process.
+upstream is byte-identical; a hand-edited fingerprint breaks its module's seal; a pin folder is
+named by its lock's version. Cost: one small JSON read per process, plus one metadata lookup of the
+installed sglang version and a listing of ``patches/pins/``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from sglang_overlay.core import settings
 from sglang_overlay.core.introspection import sha256_tag
 
 LOCK_NAME = "upstream.lock"
+PINS_DIR = "pins"
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class Pin:
     torch: str
     torchvision: str
     python: str
+    torch_pip: str = "isolated"  # how apply_patches.sh installs torch: "isolated" or "config" (this host's index)
 
 
 def patches_dir() -> Path:
@@ -50,9 +58,34 @@ def patches_dir() -> Path:
     return Path(str(resources.files("sglang_overlay.series")))
 
 
+def pin_dirs() -> dict[str, Path]:
+    """Every supported upstream release -> its folder: ``patches/`` for the default pin, then
+    ``patches/pins/<version>/`` for each other one."""
+    base = patches_dir()
+    found = {read_lock(base / LOCK_NAME)["upstream"]["version"]: base}
+    pins = base / PINS_DIR
+    for folder in sorted(pins.iterdir()) if pins.is_dir() else ():
+        if (folder / LOCK_NAME).is_file():
+            found.setdefault(folder.name, folder)
+    return found
+
+
+def pin_dir(version: str) -> Path:
+    """The folder of ``version``'s pin, existing or not (``patches/pins/<version>/`` unless default)."""
+    base = patches_dir()
+    if read_lock(base / LOCK_NAME)["upstream"]["version"] == version:
+        return base
+    return base / PINS_DIR / version
+
+
 def default_lock_path() -> Path:
-    """The lock shipped with the overlay (``patches/upstream.lock``)."""
-    return patches_dir() / LOCK_NAME
+    """The lock of the pin the installed sglang matches, else the default pin's
+    (``patches/upstream.lock``)."""
+    from sglang_overlay.core.verify import installed_sglang_version
+
+    installed = installed_sglang_version()
+    folder = pin_dirs().get(installed) if installed else None
+    return (folder or patches_dir()) / LOCK_NAME
 
 
 def lock_path() -> Path:

@@ -42,7 +42,7 @@ ROLES = ("scheduler", "http", "any")
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _KNOB = re.compile(r"^SGLANG_OVERLAY_[A-Z0-9_]+$")
 
-__all__ = ["HOOK_TYPES", "ROLES", "Knob", "Patch", "RegistryError", "Target", "discover_patches", "package_name"]
+__all__ = ["ANY_UPSTREAM", "HOOK_TYPES", "ROLES", "Knob", "Patch", "RegistryError", "Target", "discover_patches", "package_name"]
 
 
 @dataclass(frozen=True)
@@ -153,9 +153,12 @@ class Patch:
         """The folder (package) that owns this patch: ``sglang_overlay.patches.<id_with_underscores>``."""
         return f"sglang_overlay.patches.{package_name(self.id)}"
 
-    def for_upstream(self, version: str | None) -> "Patch":
-        """This patch with only the targets that apply to upstream ``version``."""
+    def for_upstream(self, version: str | None) -> "Patch | None":
+        """This patch with only the targets that apply to upstream ``version``; None when none does
+        (the patch is not part of that release's series)."""
         targets = tuple(t for t in self.targets if t.applies_to(version))
+        if not targets:
+            return None
         return self if len(targets) == len(self.targets) else replace(self, targets=targets)
 
 
@@ -178,11 +181,15 @@ def _load_declaration(module_name: str, extra: bool) -> Patch:
     return patch
 
 
+ANY_UPSTREAM = "*"  # discover_patches(ANY_UPSTREAM): every target of every release
+
+
 def discover_patches(upstream: str | None = None) -> list[Patch]:
     """Every declared patch in series order, then the extras (``SGLANG_OVERLAY_EXTRA_PATCHES``).
 
-    With ``upstream`` (a release such as ``"0.5.20"``), each patch keeps only the targets that
-    apply to it; a patch with none left is not part of that release's series.
+    Each patch keeps only the targets that apply to upstream release ``upstream`` (default: the
+    pin in use, read from the lock); a patch with none left is not part of that release's series.
+    ``ANY_UPSTREAM`` keeps every target of every release (the registry's own checks, the docs).
     """
     from sglang_overlay import patches as series_pkg
 
@@ -191,10 +198,13 @@ def discover_patches(upstream: str | None = None) -> list[Patch]:
                     key=lambda p: p.position)
     found = series + [_load_declaration(n, extra=True) for n in settings.extra_patch_modules()]
     _check_unique(series, found)
-    if upstream is not None:
-        found = [p.for_upstream(upstream) for p in found]
-        found = [p for p in found if p.targets]
-    return found
+    if upstream == ANY_UPSTREAM:
+        return found
+    if upstream is None:
+        from sglang_overlay.core import lockfile
+
+        upstream = lockfile.read_pin().version
+    return [q for q in (p.for_upstream(upstream) for p in found) if q is not None]
 
 
 def _check_unique(series: list[Patch], found: list[Patch]) -> None:

@@ -190,14 +190,15 @@ def format_patch(patch: Patch, description: str, diffs: list[str], pin: str) -> 
 
 
 def generate(package_dir: Path, patches_dir: Path | None = None) -> list[PatchFile]:
-    """The series from the registry and the pristine sglang package at ``package_dir``."""
+    """The series of the pin in use from the registry and the pristine sglang package at ``package_dir``
+    (descriptions read from ``patches_dir``, default ``patches/``)."""
     package_dir = Path(package_dir)
     if source_form.applied_series(package_dir):
         raise SeriesError(f"{package_dir} carries the series already (sglang-overlay markers): "
                           "generate against a pristine sglang")
-    patches_dir = Path(patches_dir or lockfile.default_lock_path().parent)
+    patches_dir = Path(patches_dir or lockfile.patches_dir())  # the descriptions: one per patch, every pin
     pin = lockfile.read_pin().version
-    series = [p for p in discover_patches() if not p.extra]
+    series = [p for p in discover_patches(pin) if not p.extra]
     tree: dict[str, str] = {}  # rel path -> content as the earlier patches left it
     out = []
     for patch in series:

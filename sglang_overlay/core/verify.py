@@ -119,10 +119,11 @@ def version_problem(pin: lockfile.Pin) -> str | None:
         same = False
     if same or settings.allow_unpinned():
         return None
+    supported = ", ".join(f"sglang=={v}" for v in lockfile.pin_dirs())
     return (
-        f"sglang-overlay {__version__} is pinned to sglang=={pin.version}, found {found}. "
-        f"Install the pin (scripts/apply_patches.sh), or set {settings.ALLOW_UNPINNED}=1 to run "
-        "on another version (per-target fingerprints are still enforced)."
+        f"sglang-overlay {__version__} is pinned to sglang=={pin.version}, found {found} "
+        f"(supported pins: {supported}). Install a pin (scripts/apply_patches.sh [--upstream VERSION]), "
+        f"or set {settings.ALLOW_UNPINNED}=1 to run on another version (per-target fingerprints are still enforced)."
     )
 
 

@@ -3,7 +3,8 @@
 This folder owns the patch: the declaration below, its settings (``settings.py``) and its
 implementation (``hooks.py``: metadata stamping on insert/split/cache_*_req; ``load_back.py``:
 the load-back hook; ``planner.py``: owner-lane eviction planning; ``metadata.py``, ``state.py``,
-``counters.py``). Description and exit condition: ``patches/cp-hicache-owner-lanes.md``.
+``counters.py``; ``v0_5_23.py``: the sglang 0.5.23 load-back hook over the same planner).
+Description and exit condition: ``patches/cp-hicache-owner-lanes.md``.
 """
 
 from sglang_overlay.core.registry import Patch, Target
@@ -13,6 +14,7 @@ _HIRADIX = "sglang.srt.mem_cache.hiradix_cache"
 _RADIX = "sglang.srt.mem_cache.radix_cache"
 _PKG = "sglang_overlay.patches.cp_hicache_owner_lanes"
 _HOOKS = f"{_PKG}.hooks"
+_V20 = "<0.5.23"  # HiRadixCache and RadixCache's hooks: 0.5.23 removed hiradix_cache.py
 
 PATCH = Patch(
     id="cp-hicache-owner-lanes",
@@ -21,17 +23,21 @@ PATCH = Patch(
     description="cp-hicache-owner-lanes.md",
     role="scheduler",
     targets=(
-        Target(_HIRADIX, "HiRadixCache.load_back", f"{_PKG}.load_back:load_back_hook", "AROUND"),
-        Target(_HIRADIX, "HiRadixCache.insert", f"{_HOOKS}:insert_hook", "AROUND"),
-        Target(_HIRADIX, "HiRadixCache._split_node", f"{_HOOKS}:split_node_hook", "AROUND"),
-        Target(_RADIX, "RadixCache.cache_finished_req", f"{_HOOKS}:cache_finished_req_hook", "AROUND"),
-        Target(_RADIX, "RadixCache.cache_unfinished_req", f"{_HOOKS}:cache_unfinished_req_hook", "AROUND"),
+        Target(_HIRADIX, "HiRadixCache.load_back", f"{_PKG}.load_back:load_back_hook", "AROUND", upstream=_V20),
+        Target(_HIRADIX, "HiRadixCache.insert", f"{_HOOKS}:insert_hook", "AROUND", upstream=_V20),
+        Target(_HIRADIX, "HiRadixCache._split_node", f"{_HOOKS}:split_node_hook", "AROUND", upstream=_V20),
+        Target(_RADIX, "RadixCache.cache_finished_req", f"{_HOOKS}:cache_finished_req_hook", "AROUND", upstream=_V20),
+        Target(_RADIX, "RadixCache.cache_unfinished_req", f"{_HOOKS}:cache_unfinished_req_hook", "AROUND", upstream=_V20),
         Target(
             "sglang.srt.mem_cache.base_prefix_cache",
             "BasePrefixCache.rotation_base_of",
             f"{_HOOKS}:rotation_base_of_hook",
             "AROUND",
+            upstream=_V20,
         ),
+        # 0.5.23: upstream keeps the rotation bases (no metadata hooks); the plan replaces the load-back gate
+        Target("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._load_back_transfers",
+               f"{_PKG}.v0_5_23:load_back_transfers_hook", "AROUND", upstream=">=0.5.23"),
     ),
     knobs=(SLOW_PLAN_MS,),
 )

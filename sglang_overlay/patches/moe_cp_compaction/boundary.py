@@ -167,16 +167,21 @@ def unsupported_under_cp(moe) -> list[str]:
 
 def refuse_unsupported_at_startup(result, self, *args, **kwargs):
     """AFTER ``DeepseekV2MoE.__init__``: refuse MoE configurations that bypass the boundary under CP."""
+    return refuse_under_cp(self, unsupported_under_cp)
+
+
+def refuse_under_cp(moe, problems_of) -> None:
+    """Under prefill CP, raise naming every problem ``problems_of(moe)`` finds (each upstream pin has its own)."""
     from sglang.srt.runtime_context import get_parallel
 
     parallel = get_parallel()
     if not (parallel.enable_prefill_cp and parallel.attn_cp_size > 1):
         return None
-    problems = unsupported_under_cp(self)
+    problems = problems_of(moe)
     if problems:
         raise OverlayError(
             f"patch '{PATCH_ID}' cannot keep CP dummy rows out of sparse MoE in layer "
-            f"{self.layer_id}: " + "; ".join(problems)
+            f"{moe.layer_id}: " + "; ".join(problems)
             + f". Change the configuration or disable the patch (SGLANG_OVERLAY_DISABLE={PATCH_ID})."
         )
     return None

@@ -1,7 +1,9 @@
 """Patch openai-abort-status: int-like abort status codes become proper errors.
 
 This folder owns the patch: the declaration below, its settings (``settings.py``) and its
-implementation (``hooks.py``: the one normalization and the hooks that apply it).
+implementation (``hooks.py``: the one normalization and the hooks that apply it). On sglang
+>= 0.5.23 the tokenizer-manager hook only normalizes and leaves the rest to upstream, which now
+treats every 4xx/5xx as an error and releases LoRA once itself.
 Description and exit condition: ``patches/openai-abort-status.md``.
 """
 
@@ -22,6 +24,14 @@ PATCH = Patch(
             "TokenizerManager._handle_abort_finish_reason",
             f"{_HOOKS}:handle_abort_finish_reason",
             "AROUND",
+            upstream="<0.5.23",
+        ),
+        Target(
+            "sglang.srt.managers.tokenizer_manager",
+            "TokenizerManager._handle_abort_finish_reason",
+            f"{_HOOKS}:normalize_then_upstream",
+            "AROUND",
+            upstream=">=0.5.23",
         ),
         Target(
             "sglang.srt.entrypoints.openai.serving_chat",

@@ -160,6 +160,21 @@ async def handle_abort_finish_reason(original, self, out: dict, state, is_stream
     return out
 
 
+async def normalize_then_upstream(original, self, out: dict, state, is_stream: bool):
+    """AROUND ``TokenizerManager._handle_abort_finish_reason`` on sglang >= 0.5.23: normalize an abort's
+    status code in place, then upstream decides.
+
+    0.5.23 treats every code in 400-599 as an error and releases LoRA once (``_release_lora_once``), but
+    compares the raw code (``"503"`` raises ``TypeError`` there) and its streaming handlers test
+    ``isinstance(code, HTTPStatus)``, which a msgpack-delivered int fails. After normalization the code
+    is an ``HTTPStatus`` or ``None``, so both read it right; nothing else of upstream's branch is
+    repeated here (no release, no ``rid_to_state`` edit). Cost: one dict read for a non-abort output."""
+    finish_reason = out["meta_info"]["finish_reason"]
+    if finish_reason.get("type") == "abort":
+        normalize_finish_reason(finish_reason)
+    return await original(self, out, state, is_stream)
+
+
 def _error_event(chunk) -> dict | None:
     """The OpenAI error object of an SSE error event (``create_streaming_error_response``)."""
     if not isinstance(chunk, str) or not chunk.startswith(_ERROR_EVENT_PREFIX):

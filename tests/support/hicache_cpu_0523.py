@@ -1,0 +1,319 @@
+"""CPU construction of sglang 0.5.23's HiCache over a page-interleaved KV pool (reusable builder).
+
+Real upstream code: ``UnifiedRadixCache`` (Python ``UnifiedTreeCore``, as
+``--enable-kv-cache-sharding`` forces), ``init_hicache`` -> ``attach_hybrid_pool_to_unified_cache``
+-> ``HybridCacheController``, the MHA host pool wrapped in ``PageInterleaveHostPool``,
+``PageInterleavePoolAllocator`` (or ``PagedTokenToKVPoolAllocator`` with
+``interleaved=False``), the real ``L2TransferEngine`` (direct backend, CPU streams and
+events) for write-through backups and load-backs, and a published ``ServerArgs``.
+
+Stand-ins (each small and named STAND-IN below), for what needs a GPU:
+
+- :class:`CpuPageInterleaveMHAPool`: ``PageInterleaveKVPoolMixin + MHATokenToKVPool`` with
+  ``placement`` set but without ``_init_page_shard_state`` (which builds a
+  ``PyNcclCommunicator`` and gather scratch). Only its class (the host pool gets wrapped)
+  and ``placement`` matter to the cache.
+- the host pool is built with ``pin_memory=False`` (the default calls ``cudaHostRegister``).
+- :func:`cpu_transfer_kv_direct` replaces ``pool_host.mha.transfer_kv_direct`` (an
+  ``sgl_kernel`` op, not importable without CUDA): per-layer index copies of K and V.
+
+With ``shard_rank=0`` the striped host pool moves only rank 0's pages; the transfer
+engine, its submission/ack flow and the striping stay upstream's. Upstream's
+``load_back_threshold`` is 10 tokens (loads below it are refused before any eviction).
+
+Usage::
+
+    h = Harness(n=4, ps=4, pages_per_rank=6)
+    keys, idx = h.chain(base=1, pages=3)      # insert a 3-page chain starting in lane 1
+    node = h.to_host(keys)                    # demote it (write-through: host copy kept)
+    h.hold(0, h.alloc.class_free_page_counts()[0])   # running requests drain lane 0
+    ok, evicted = h.load(node)                # cache.load_back, tokens evicted for it
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from typing import List, Optional
+
+import torch
+
+from tests.support.runtime import tiny_model_dir
+
+_INSTALLED: dict = {}
+
+
+def _server_args(write_policy: str, ps: int):
+    key = (write_policy, ps)
+    if key not in _INSTALLED:
+        from sglang.srt.runtime_context import publish
+        from sglang.srt.server_args import ServerArgs
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        model = _INSTALLED.setdefault("model", str(tiny_model_dir()))
+        args = ServerArgs(
+            model_path=model, device="cpu", skip_tokenizer_init=True, page_size=ps,
+            enable_hierarchical_cache=True, hicache_ratio=2.0, hicache_write_policy=write_policy,
+            hicache_io_backend="direct", hicache_mem_layout="layer_first",
+        )
+        _INSTALLED[key] = args
+    if _INSTALLED.get("published") != key:
+        from sglang.srt.runtime_context import publish
+
+        # The cache and its controller read the HiCache policy from the published context,
+        # not from the ServerArgs handed to init_hicache: publish the one being built
+        # (re-publish is last-publish-wins upstream).
+        publish(_INSTALLED[key], role="scheduler")
+        _INSTALLED["published"] = key
+    return _INSTALLED[key]
+
+
+def cpu_transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size):
+    """STAND-IN for sgl_kernel ``transfer_kv_direct``: row copies, every layer (K and V lists)."""
+    for src, dst in zip(src_layers, dst_layers):
+        dst[dst_indices.to(dst.device)] = src[src_indices.to(src.device)].to(dst.device)
+
+
+def install_cpu_stand_ins() -> None:
+    """Install the two module-level stand-ins (idempotent, for the process)."""
+    if "stand_ins" in _INSTALLED:
+        return
+    import sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler as hpa
+    import sglang.srt.mem_cache.pool_host.mha as host_mha
+
+    real_host_cls = hpa.get_mha_host_pool_cls
+    hpa.get_mha_host_pool_cls = lambda info: functools.partial(real_host_cls(info), pin_memory=False)  # STAND-IN
+    host_mha.transfer_kv_direct = cpu_transfer_kv_direct  # STAND-IN
+    _INSTALLED["stand_ins"] = True
+
+
+def _pool_classes():
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+    from sglang.srt.mem_cache.page_interleave import PageInterleavePlacement
+    from sglang.srt.mem_cache.page_interleave_pool import PageInterleaveKVPoolMixin
+
+    if "pool_cls" not in _INSTALLED:
+
+        class CpuPageInterleaveMHAPool(PageInterleaveKVPoolMixin, MHATokenToKVPool):
+            """STAND-IN for PageInterleaveMHATokenToKVPool: same bases and placement; no NCCL comm / scratch."""
+
+            def __init__(self, *a, shard_spec, **kw):
+                MHATokenToKVPool.__init__(self, *a, **kw)
+                self.shard_spec = shard_spec
+                self.placement = PageInterleavePlacement(shard_spec)
+                self.shard_rank, self.shard_size = shard_spec.shard_rank, shard_spec.shard_size
+
+        _INSTALLED["pool_cls"] = CpuPageInterleaveMHAPool
+    return MHATokenToKVPool, _INSTALLED["pool_cls"]
+
+
+def gloo_group():
+    if not torch.distributed.is_initialized():
+        path = os.path.join(tempfile.mkdtemp(prefix="hicache-0523-pg-"), "store")
+        torch.distributed.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+    return torch.distributed.group.WORLD
+
+
+class Harness:
+    """One real UnifiedRadixCache with HiCache on the CPU, and small helpers to drive it.
+
+    ``n`` owner lanes, ``ps`` tokens per (physical) page, ``pages_per_rank`` usable
+    device pages per lane. ``interleaved=False`` builds a plain paged allocator and
+    pool instead (no lanes; chains then take no base).
+    """
+
+    def __init__(self, n: int = 4, ps: int = 4, pages_per_rank: int = 6, write_policy: str = "write_through",
+                 interleaved: bool = True, layers: int = 2, eviction_policy: str = "lru"):
+        from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
+        from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.page_interleave import PageShardSpec
+        from sglang.srt.mem_cache.unified_cache.components import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+        server_args = _server_args(write_policy, ps)
+        install_cpu_stand_ins()
+        plain_pool, interleaved_pool = _pool_classes()
+        self.n, self.ps, self.interleaved = n, ps, interleaved
+        per_rank_slots = pages_per_rank * ps
+        pool_kw = dict(page_size=ps, dtype=torch.float32, head_num=2, head_dim=4, layer_num=layers,
+                       device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+        if interleaved:
+            spec = PageShardSpec(shard_rank=0, shard_size=n, page_size=ps, max_prefix_tokens=n * ps * 4,
+                                 chunk_tokens=ps * 4)
+            self.kv = interleaved_pool(n * (per_rank_slots + ps), shard_spec=spec, **pool_kw)
+            self.alloc = PageInterleavePoolAllocator(per_rank_slots, ps, n, torch.int64, "cpu", self.kv, False)
+        else:
+            size = n * per_rank_slots
+            self.kv = plain_pool(size + ps, **pool_kw)
+            self.alloc = PagedTokenToKVPoolAllocator(size, ps, torch.int64, "cpu", self.kv, False)
+        params = CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=self.alloc,
+                                 page_size=ps, tp_cache_group=gloo_group(), eviction_policy=eviction_policy,
+                                 tree_components=(ComponentType.FULL,), tree_core_backend="python")
+        self.cache = UnifiedRadixCache(params)
+        self.cache.init_hicache(server_args, params)
+        self.cc = self.cache.cache_controller
+        assert self.cc.write_policy == write_policy, (self.cc.write_policy, write_policy)
+        self.tree = self.cache.tree_core
+        self.next_tok = 1000
+        self.held: List[torch.Tensor] = []
+        self.evicted_tokens = 0  # Full tokens evicted, as reported to upstream's eviction metrics
+        real_metrics = self.cache.update_eviction_metrics
+
+        def counting_metrics(num_evicted, start_time):
+            self.evicted_tokens += num_evicted
+            return real_metrics(num_evicted, start_time)
+
+        self.cache.update_eviction_metrics = counting_metrics
+
+    # ---- building state -----------------------------------------------------------
+
+    def settle(self) -> None:
+        """Run queued write-through backups and load-backs to completion (CPU: synchronous)."""
+        self.cc.start_writing()
+        self.cache.writing_check()
+        self.cc.start_loading()
+        self.cache.loading_check()
+
+    def fresh_keys(self, pages: int) -> list:
+        keys = list(range(self.next_tok, self.next_tok + pages * self.ps))
+        self.next_tok += 100_000
+        return keys
+
+    def alloc_run(self, base: Optional[int], pages: int) -> Optional[torch.Tensor]:
+        if not self.interleaved:
+            return self.alloc.alloc(pages * self.ps)
+        return self.alloc.alloc_cyclic(start_class=base, need_size=pages * self.ps)
+
+    def chain(self, base: Optional[int], pages: int, prefix: Optional[list] = None):
+        """Insert a chain of ``pages`` new pages (after the device-resident ``prefix``, if any);
+        lane of its first page ``base`` (mod n) counted from the chain's start. Returns
+        (keys, new device indices) or (None, None) when the lanes are short."""
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        prefix = prefix or []
+        prefix_idx = self.device_indices(prefix) if prefix else torch.empty((0,), dtype=torch.int64)
+        assert len(prefix_idx) == len(prefix), "prefix must be device-resident"
+        start = None if base is None else (base + len(prefix) // self.ps) % self.n
+        idx = self.alloc_run(start, pages)
+        if idx is None:
+            return None, None
+        keys = prefix + self.fresh_keys(pages)
+        value = torch.cat([prefix_idx, idx])
+        rotation_base = base if self.interleaved else None
+        # prev_prefix_len: the prefix slots are the tree's own (a request that matched them), not duplicates to free
+        self.cache.insert(InsertParams(key=RadixKey(keys), value=value, rotation_base=rotation_base,
+                                       prev_prefix_len=len(prefix)))
+        self.settle()
+        return keys, idx
+
+    def hold(self, cls: int, pages: int) -> None:
+        """Pages of one lane held by running requests (not in the tree: not evictable)."""
+        for _ in range(pages):
+            got = self.alloc_run(cls, 1)
+            assert got is not None
+            self.held.append(got)
+
+    def release(self, i: int) -> None:
+        self.alloc.free(self.held.pop(i))
+
+    # ---- reading the tree -----------------------------------------------------------
+
+    def match(self, keys):
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        return self.cache.match_prefix(MatchPrefixParams(key=RadixKey(keys)))
+
+    def device_indices(self, keys) -> torch.Tensor:
+        m = self.match(keys)
+        return self._path_values(m.last_device_node)[: m.device_prefix_len]
+
+    def _path_values(self, node_id) -> torch.Tensor:
+        parts = []
+        node = self.tree.node_by_id(node_id)
+        while node is not self.tree.root_node:
+            parts.append(node.component_data[0].value)  # [0]: ComponentType.FULL
+            node = node.parent
+        parts.reverse()
+        return torch.cat(parts) if parts else torch.empty((0,), dtype=torch.int64)
+
+    def path_nodes(self, node_id) -> list:
+        """Nodes from the root's child down to ``node_id``."""
+        out = []
+        node = self.tree.node_by_id(node_id)
+        while node is not self.tree.root_node:
+            out.append(node)
+            node = node.parent
+        out.reverse()
+        return out
+
+    def device_nodes(self) -> list:
+        """Every non-root node whose Full KV is on the device."""
+        out, stack = [], [self.tree.root_node]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if node is not self.tree.root_node and not node.evicted:
+                out.append(node)
+        return out
+
+    def lanes_of(self, idx: torch.Tensor) -> List[int]:
+        """Brute-force pages per lane of device indices (reads the tensor)."""
+        counts = [0] * self.n
+        for page in (idx[:: self.ps] // self.ps).tolist():
+            counts[page % self.n] += 1
+        return counts
+
+    def owners(self, idx: torch.Tensor) -> List[int]:
+        return sorted(set((idx[:: self.ps] // self.ps % self.n).tolist()))
+
+    def host_node(self, keys):
+        m = self.match(keys)
+        assert m.host_hit_length == len(keys) - m.device_prefix_len, m
+        return m.best_match_node
+
+    # ---- moving KV ------------------------------------------------------------------
+
+    def to_host(self, keys, levels: Optional[int] = None):
+        """Demote the device copy of ``keys``'s chain from its deepest node up, ``levels`` nodes
+        (default: all it can; write-through: the host copy stays) with upstream's
+        ``_evict_device_leaf``; returns the load node id."""
+        m = self.match(keys)
+        tracker = {ct: 0 for ct in self.cache.tree_components}
+        for i, node in enumerate(reversed(self.path_nodes(m.last_device_node))):
+            if (levels is not None and i >= levels) or node not in self.tree.evictable_device_leaves \
+                    or not node.backuped:
+                break
+            assert self.cache._evict_device_leaf(node.id, tracker) is None
+        self.settle()
+        return self.host_node(keys)
+
+    def use_upstream(self) -> None:
+        """Route this cache's load-backs to upstream's own ``_load_back_transfers``,
+        bypassing any class-level hook (instance attribute)."""
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+        original = UnifiedRadixCache._load_back_transfers
+        original = getattr(original, "__wrapped__", original)
+        self.cache._load_back_transfers = functools.partial(original, self.cache)
+
+    def load(self, node_id):
+        """``cache.load_back(node_id)``, then the H2D copy; returns (loaded, tokens evicted for it)."""
+        before = self.evicted_tokens
+        ok = self.cache.load_back(node_id)
+        evicted = self.evicted_tokens - before
+        if ok:
+            self.settle()
+        return ok, evicted
+
+    def load_spec(self, node_id):
+        """Upstream's own load-back spec (host indices) for ``node_id``."""
+        return self.tree.build_load_back_spec(node_id, req=None)[0]
+
+    def state(self) -> str:
+        counts = self.alloc.class_free_page_counts() if self.interleaved else None
+        return (f"class_free={counts} available_size={self.alloc.available_size()} "
+                f"full_evictable={self.cache.full_evictable_size()}")
