@@ -22,6 +22,7 @@ process has a fresh record without skipped patches.
 from __future__ import annotations
 
 import os
+import re
 from urllib.parse import urlparse
 
 from sglang_overlay.core import processes
@@ -50,11 +51,21 @@ def _title(proc) -> str:
         return "?"
 
 
+_SERVER_PROCESS = re.compile(r"sglang::|\bsglang\.launch_server\b|(^|/)sglang serve\b")
+
+
+def _is_server_process(title: str) -> bool:
+    """An SGLang server process (``python -m sglang.launch_server``, ``sglang serve``, a titled
+    ``sglang::...`` child), not merely a command with "sglang" in it: ``sglang-overlay demo`` and a
+    test runner start servers as their children and must not be taken for the server's main process."""
+    return bool(_SERVER_PROCESS.search(title))
+
+
 def _server_tree(listener):
-    """The topmost SGLang ancestor of the listener and all its descendants."""
+    """The topmost SGLang server ancestor of the listener and all its descendants."""
     top = listener
     for parent in listener.parents():
-        if "sglang" in _title(parent):
+        if _is_server_process(_title(parent)):
             top = parent
     return [top] + top.children(recursive=True)
 

@@ -192,3 +192,20 @@ def test_a_record_is_removed_when_its_process_ends(tmp_path):
     assert proc.returncode == 0
     time.sleep(0.1)
     assert records.is_dir() and not list(records.glob("*.json"))
+
+
+@pytest.mark.parametrize("title, server", [
+    ("/r/.venv/bin/python -m sglang.launch_server --model-path m --port 30000", True),
+    ("/r/.venv/bin/sglang serve --model-path m", True),
+    ("sglang::scheduler_TP0", True),
+    ("sglang::tokenizer_worker:4242", True),
+    ("/r/.venv/bin/python3 /r/.venv/bin/sglang-overlay demo --tokenizer-worker-num 2", False),
+    ("/r/.venv/bin/python3 /r/.venv/bin/sglang-overlay launch --model-path m", False),
+    ("/r/.venv/bin/python -m pytest tests/e2e -m e2e", False),
+])  # fmt: skip
+def test_status_takes_only_sglang_server_processes_for_the_servers_top(title, server):
+    """`sglang-overlay demo` starts the server as its child: found first by the demo's own test, the
+    demo process was taken for the server's main process and reported ABSENT (NOT OK)."""
+    from sglang_overlay.core.server_status import _is_server_process
+
+    assert _is_server_process(title) is server

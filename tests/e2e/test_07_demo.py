@@ -5,10 +5,12 @@ the tiny offline model, prints the URL and the per-process status, serves, and s
 from __future__ import annotations
 
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,19 +20,32 @@ import pytest
 
 from tests.conftest import REPO, subprocess_env
 
-# slow, not e2e: it launches a server of its own with two tokenizer workers (minutes on 2 cores), and it
-# was not yet seen passing since the workers' health-check fix; run it with -m slow.
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
-def _read_until(proc, pattern: str, timeout_s: float, seen: list[str]) -> re.Match:
+class _Lines:
+    """The demo's output lines, read by a thread: a blocking ``readline`` could never time out while the
+    demo waits, silently, for Ctrl-C."""
+
+    def __init__(self, stream):
+        self.queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream) -> None:
+        for line in iter(stream.readline, ""):
+            self.queue.put(line)
+        self.queue.put(None)  # end of output
+
+
+def _read_until(lines: _Lines, pattern: str, timeout_s: float, seen: list[str]) -> re.Match:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            if proc.poll() is not None:
-                break
-            continue
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.queue.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:
+            break
         seen.append(line)
         match = re.search(pattern, line)
         if match:
@@ -44,11 +59,12 @@ def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model,
                              "--log-dir", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen: list[str] = []
+    lines = _Lines(proc.stdout)
     try:
-        url = _read_until(proc, r"serving at (http://127\.0\.0\.1:\d+)", 400, seen).group(1)
-        _read_until(proc, r"OK: every process that runs patched code has the overlay", 60, seen)
-        _read_until(proc, r"try: curl", 30, seen)
-        _read_until(proc, r"Ctrl-C stops the server", 30, seen)
+        url = _read_until(lines, r"serving at (http://127\.0\.0\.1:\d+)", 400, seen).group(1)
+        _read_until(lines, r"^OK: every process that runs patched code has the overlay", 60, seen)
+        _read_until(lines, r"try: curl", 30, seen)
+        _read_until(lines, r"Ctrl-C stops the server", 30, seen)
         table = "".join(seen)
         assert "tokenizer_worker" in table and "scheduler" in table, table[-3000:]
         model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
@@ -60,7 +76,7 @@ def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model,
         assert len(launched) >= 4  # launcher, server, scheduler, detokenizer, workers
         os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground command
         assert proc.wait(timeout=120) == 0, "".join(seen)[-3000:]
-        rest = proc.stdout.read()
+        rest = "".join(iter(lambda: lines.queue.get(timeout=10), None))
         assert "server stopped" in rest and "killed leftovers" not in rest, rest
         time.sleep(1)
         alive = [pid for pid in launched if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
