@@ -228,18 +228,26 @@ def _log_visibly(line: str) -> None:
     handler.handle(record)
 
 
+_LAST_WRITTEN: dict[int, dict] = {}  # pid -> the record this process last wrote (a fork inherits it)
+
+
 def write_record(status: dict) -> None:
+    """Write this process's record, unless it is already on disk unchanged (SGLang calls load_plugins()
+    more than once in some processes)."""
     record = {"pid": os.getpid(), "ppid": os.getppid(), "role": _ANNOUNCED.get("role") or process_role(),
               "applied": status["applied"], "pending_modules": status["pending_modules"],
               "pending_patches": status["pending_patches"], "skipped": status["skipped"],
               "source_form": status["source_form"]}
     directory = status_dir()
     with _WRITE_LOCK:
+        if _LAST_WRITTEN.get(os.getpid()) == record and (directory / f"{os.getpid()}.json").is_file():
+            return
         try:
             directory.mkdir(parents=True, exist_ok=True)
             tmp = directory / f".{os.getpid()}.tmp"
             tmp.write_text(json.dumps(record), encoding="utf-8")
             tmp.replace(directory / f"{os.getpid()}.json")
+            _LAST_WRITTEN[os.getpid()] = record
         except OSError as exc:  # visibility must never take the server down
             logger.warning("sglang-overlay: cannot write the process record in %s: %s", directory, exc)
 

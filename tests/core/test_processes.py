@@ -7,6 +7,7 @@ these tests pin each mechanism down on its own."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -209,3 +210,21 @@ def test_status_takes_only_sglang_server_processes_for_the_servers_top(title, se
     from sglang_overlay.core.server_status import _is_server_process
 
     assert _is_server_process(title) is server
+
+
+def test_an_unchanged_record_is_not_rewritten(tmp_path, monkeypatch):
+    """SGLang calls load_plugins() more than once in some processes: the record is written when it changes."""
+    monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
+    monkeypatch.setattr(processes, "_LAST_WRITTEN", {})
+    status = {"applied": {"p": ["t"]}, "pending_modules": [], "pending_patches": [], "skipped": {}, "source_form": []}
+    writes = []
+    real_replace = type(tmp_path).replace
+    monkeypatch.setattr(type(tmp_path), "replace", lambda self, target: writes.append(target) or real_replace(self, target))
+    processes.write_record(status)
+    processes.write_record(dict(status))
+    assert len(writes) == 1
+    processes.write_record({**status, "pending_modules": ["m"]})
+    assert len(writes) == 2 and processes.read_record(os.getpid())["pending_modules"] == ["m"]
+    (tmp_path / f"{os.getpid()}.json").unlink()  # removed behind its back: written again
+    processes.write_record({**status, "pending_modules": ["m"]})
+    assert len(writes) == 3
