@@ -391,13 +391,19 @@ def run_demo(tokenizer_workers: int, log_dir: str | None) -> int:
     logs = Path(log_dir or tempfile.mkdtemp(prefix="sglang-overlay-demo-"))
     console.print(f"building the tiny offline model and starting a patched server (log: {logs}) ...")
     config = server_tools.ServerConfig(overlay=True, launcher="overlay", tokenizer_workers=tokenizer_workers)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # like Ctrl-C: the launch is stopped whole, never orphaned
     try:
         server = server_tools.start_server(config, logs)
     except server_tools.ServerStartError as exc:
         err_console.print(f"[red]sglang-overlay demo: the server did not start: {exc}[/red]")
         return 1
-    stop = {"now": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    except KeyboardInterrupt:  # start_server has stopped the launch already
+        console.print("interrupted while starting; server stopped")
+        return 130
     try:
         console.print(f"[green]serving at {server.url}[/] (ready in {server.time_to_ready:.0f} s; OpenAI API at "
                       f"{server.url}/v1, model: the tiny random-weight model, so answers are noise)")
@@ -409,14 +415,16 @@ def run_demo(tokenizer_workers: int, log_dir: str | None) -> int:
         body = json.dumps({"model": model, "prompt": "Question: 2+2?", "max_tokens": 8})
         console.print(f"try: curl {server.url}/v1/completions -H 'Content-Type: application/json' -d '{body}'")
         console.print("Ctrl-C stops the server")
-        while not stop["now"] and server.process.poll() is None:
+        while server.process.poll() is None:
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stop short
+            signal.signal(sig, signal.SIG_IGN)
         left = server.stop()
         console.print(f"server stopped{'; killed leftovers ' + str(left) if left else ''}")
-    return 0 if stop["now"] or server.process.returncode in (0, -15, -2, None) else 1
+    return 0 if server.process.returncode in (0, -15, -2, -9, None) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """`sglang-overlay demo`: the README's one command for a CPU-only try-out. It starts a patched server on
-the tiny offline model, prints the URL and the per-process status, serves, and stops cleanly on Ctrl-C
-(no process of the launch left)."""
+the tiny offline model, prints the URL and the per-process status, serves, and stops cleanly on Ctrl-C,
+even on a second Ctrl-C during the stop (no process of the launch left)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,8 @@ def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model,
         launched = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         assert len(launched) >= 4  # launcher, server, scheduler, detokenizer, workers
         os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground command
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGINT)  # an impatient second Ctrl-C must not cut the stop short
         assert proc.wait(timeout=120) == 0, "".join(seen)[-3000:]
         rest = "".join(iter(lambda: lines.queue.get(timeout=10), None))
         assert "server stopped" in rest and "killed leftovers" not in rest, rest
