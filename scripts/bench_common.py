@@ -29,3 +29,12 @@ def write_json(path: Path | None, data: dict) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def write_outputs(args: argparse.Namespace, result: dict, say, draw=None) -> None:
+    """``--json`` and ``--png`` as asked (``draw(path)`` makes the chart); ``say`` reports each file written."""
+    if write_json(args.json, result):
+        say(f"wrote {args.json}")
+    if getattr(args, "png", None) and draw is not None:
+        draw(args.png)
+        say(f"wrote {args.png}")

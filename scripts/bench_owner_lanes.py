@@ -58,7 +58,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench_common import add_output_flags, write_json  # noqa: E402
+from bench_common import add_output_flags, write_outputs  # noqa: E402
 
 N = 8
 PS = 16
@@ -671,11 +671,7 @@ def main(argv=None):
         f"{result['speedup_end_to_end_100k']:.1f}x at 100k; planning alone vs upstream's evict: "
         f"{result['speedup_vs_upstream_evict_100k']:.0f}x at 100k"
     )
-    if write_json(args.json, result):
-        console.print(f"wrote {args.json}")
-    if args.png:
-        write_png(rows, args.png)
-        console.print(f"wrote {args.png}")
+    write_outputs(args, result, console.print, lambda path: write_png(rows, path))
     return result
 
 
