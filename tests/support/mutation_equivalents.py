@@ -24,6 +24,49 @@ _UNUSED_ARGUMENT = (
     "is_stream; the mutant passes None where upstream does not look"
 )
 
+_MOE_BOUNDARY = "sglang_overlay.patches.moe_cp_compaction.boundary"
+_MOE_LAYOUT = "sglang_overlay.patches.moe_cp_compaction.layout"
+_MOE_DEVICE_TENSORS = f"{_MOE_LAYOUT}.x\u01c1ComputePaddingLayout\u01c1device_tensors"
+_MOE_LAYOUT_INIT = f"{_MOE_LAYOUT}.x\u01c1ComputePaddingLayout\u01c1__init__"
+
+_NONE_BATCH_FAST_PATH = (
+    "layout_of(None) is None (every attribute read has a default), so calling it without the "
+    "'forward_batch is not None' guard gives the same None and the same upstream call"
+)
+_ONE_ROW_IS_INCREASING = (
+    "the strictly-increasing check on one valid row compares valid_rows[1:] (empty) with "
+    "valid_rows[:-1] (empty): all() of nothing is True, so it never raises there either"
+)
+_REPEAT_INTERLEAVE_INDICES = (
+    "torch.repeat_interleave(repeats) with the one tensor argument is defined as "
+    "repeat_interleave(arange(len(repeats)), repeats): the same request index per slot"
+)
+_IS_HASH_ALWAYS_SET = (
+    "upstream 0.5.20's DeepseekV2MoE.__init__ always sets self.is_hash (a bool), so the getattr "
+    "default is never used"
+)
+_CPU_TO_CPU_COPY = (
+    "a CPU target then takes the copy branch: no pinning (its type is not 'cuda') and "
+    "Tensor.to('cpu', non_blocking=True) of a CPU tensor returns that same tensor, so the cached "
+    "(index, count) and the materialization count are unchanged"
+)
+_PINNING_ONLY = (
+    "on the CPU-only test host torch.cuda.is_available() is False, so the changed condition is "
+    "False as the original is; on a CUDA host it changes only whether the host tensors are pinned "
+    "before the copy (same values, dtype and device), which scripts/gpu_check.sh (moe_boundary "
+    "step, under sync debug mode) checks on a GPU"
+)
+_CUDA_ONLY_LINE = (
+    "the pinning line runs only for a 'cuda' device with CUDA available, never on the CPU-only "
+    "test host (no CPU test can construct a CUDA tensor); on a GPU scripts/gpu_check.sh "
+    "(moe_boundary step) runs it"
+)
+_NON_BLOCKING_ONLY = (
+    "non_blocking only makes a host-to-device copy asynchronous: the values, dtype and device are "
+    "the same, and a copy to the CPU or to 'meta' (the CPU tests' accelerator stand-in) is "
+    "synchronous either way"
+)
+
 EQUIVALENT: dict[str, str] = {
     f"{_ABORT}.x__as_int__mutmut_2": _BYTES_DECODE,  # decode skipped: bytes handled as bytes
     f"{_ABORT}.x__as_int__mutmut_7": _BYTES_DECODE,  # decode("ascii") strict
@@ -37,4 +80,21 @@ EQUIVALENT: dict[str, str] = {
     f"{_ABORT}.x_handle_abort_finish_reason__mutmut_15": _UNUSED_ARGUMENT,  # non-abort: is_stream=None
     f"{_ABORT}.x_handle_abort_finish_reason__mutmut_32": _UNUSED_ARGUMENT,  # graceful/400: self=None
     f"{_ABORT}.x_handle_abort_finish_reason__mutmut_34": _UNUSED_ARGUMENT,  # graceful/400: state=None
+    f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_3": _NONE_BATCH_FAST_PATH,  # guard 'or True'
+    f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_53": _IS_HASH_ALWAYS_SET,  # default None
+    f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_56": _IS_HASH_ALWAYS_SET,  # no default
+    f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_59": _IS_HASH_ALWAYS_SET,  # default True
+    f"{_MOE_LAYOUT_INIT}__mutmut_27": _ONE_ROW_IS_INCREASING,  # numel() >= 1
+    f"{_MOE_LAYOUT}.x_lane_slot_tokens__mutmut_26": _REPEAT_INTERLEAVE_INDICES,  # repeat_interleave(slots)
+    f"{_MOE_DEVICE_TENSORS}__mutmut_13": _CPU_TO_CPU_COPY,  # device.type != "XXcpuXX"
+    f"{_MOE_DEVICE_TENSORS}__mutmut_14": _CPU_TO_CPU_COPY,  # device.type != "CPU"
+    f"{_MOE_DEVICE_TENSORS}__mutmut_15": _PINNING_ONLY,  # 'cuda' or CUDA available
+    f"{_MOE_DEVICE_TENSORS}__mutmut_16": _PINNING_ONLY,  # not 'cuda' and CUDA available
+    f"{_MOE_DEVICE_TENSORS}__mutmut_17": _PINNING_ONLY,  # "XXcudaXX": never pinned
+    f"{_MOE_DEVICE_TENSORS}__mutmut_18": _PINNING_ONLY,  # "CUDA": never pinned
+    f"{_MOE_DEVICE_TENSORS}__mutmut_19": _CUDA_ONLY_LINE,  # index, count = None
+    f"{_MOE_DEVICE_TENSORS}__mutmut_24": _NON_BLOCKING_ONLY,  # index: non_blocking omitted
+    f"{_MOE_DEVICE_TENSORS}__mutmut_25": _NON_BLOCKING_ONLY,  # index: non_blocking=False
+    f"{_MOE_DEVICE_TENSORS}__mutmut_30": _NON_BLOCKING_ONLY,  # count: non_blocking omitted
+    f"{_MOE_DEVICE_TENSORS}__mutmut_31": _NON_BLOCKING_ONLY,  # count: non_blocking=False
 }

@@ -279,6 +279,58 @@ def test_hash_routing_ids_are_compacted_in_step(env, monkeypatch):
     assert torch.count_nonzero(out[~mask]) == 0
 
 
+@pytest.mark.parametrize("case", ["no-cp", "all-valid-lane-slots"])
+def test_hash_routing_ids_reach_upstream_where_the_boundary_steps_aside(env, monkeypatch, case):
+    """Without CP, or with a layout without dummy rows, upstream runs unchanged: a hash layer
+    gets its input_ids_global as given."""
+    monkeypatch.setenv("SGLANG_OPT_USE_FUSED_HASH_TOPK", "0")  # HashTopK's torch path
+    moe, rec = build_deepseek_moe(hash_routing=True, seed=3)
+    lens = [4, 8, 2]
+    g = torch.Generator().manual_seed(5)
+    token_ids = torch.randint(0, MoeShape().vocab, (sum(lens),), generator=g)
+    x = torch.randn(sum(lens), HIDDEN, generator=g)
+    batch = make_forward_batch(lens, None)
+    batch.num_token_non_padded = None  # HashTopK's padded-row mask is a Triton kernel (see above)
+    if case == "all-valid-lane-slots":
+        tok = lane_slot_tokens(lens, 2, 1)
+        attach_layout(batch, lane_slot_layout(lens, 2, 1))
+        assert not layout_of(batch).has_dummy_rows
+        x, token_ids = x[tok], token_ids[tok]
+    with torch.no_grad():
+        out = moe(x, batch, input_ids_global=token_ids)
+        ref = reference_moe(moe, x, input_ids=token_ids)
+    assert torch.equal(rec.topk[0]["input_ids"], token_ids)
+    torch.testing.assert_close(out, ref, **TOL)
+
+
+def test_hash_routing_ids_of_another_row_count_fail_loudly(env, monkeypatch):
+    monkeypatch.setenv("SGLANG_OPT_USE_FUSED_HASH_TOPK", "0")
+    moe, _ = build_deepseek_moe(hash_routing=True, seed=3)
+    local, layout, batch, _ = lane_slot_case(env, [5, 2, 3], 2, 1)
+    batch.num_token_non_padded = None
+    with pytest.raises(MoeCompactionError) as info:
+        moe(local, batch, input_ids_global=torch.zeros(10, dtype=torch.long))  # the batch's, not the rank's
+    assert str(info.value) == (
+        "moe-cp-compaction: input_ids_global has 10 rows but the forward's lane-slot layout has 6 CP-local "
+        "rows (4 valid). The MoE input is not this rank's CP-local rows (e.g. a moe-cp all-gather before "
+        "MoE), which this patch does not support; disable it with SGLANG_OVERLAY_DISABLE=moe-cp-compaction "
+        "or change the parallel layout."
+    )
+    assert batch.num_token_non_padded is None
+
+
+def test_a_layer_without_hash_routing_ignores_input_ids_global(env):
+    """DeepSeek-V4 passes input_ids_global to every MoE layer; upstream reads it in hash layers
+    only, and so does the boundary: in another layer it is neither checked nor compacted."""
+    reset(env)
+    local, layout, batch, _ = lane_slot_case(env, [5, 2, 3], 2, 1)
+    assert not env["moe"].is_hash
+    with torch.no_grad():
+        expected = env["moe"](local, batch)
+        out = env["moe"](local, batch, input_ids_global=torch.arange(10))  # not the rank's 6 rows
+    assert torch.equal(out, expected)
+
+
 @pytest.mark.representative
 def test_wrong_row_count_fails_loudly_and_leaves_the_batch_alone(env):
     local, layout, batch, _ = lane_slot_case(env, [5, 2, 3], 2, 1)

@@ -63,6 +63,12 @@ def test_lane_slot_diagram_of_the_module_docstring():
     assert lane_slot_layout([5, 2, 3], 2, 1).row_indices().tolist() == [0, 1, 3, 4]
 
 
+def test_a_request_without_tokens_takes_no_slot():
+    assert lane_slot_tokens([3, 0, 2], 2, 0).tolist() == [0, 2, 3]
+    assert lane_slot_tokens([3, 0, 2], 2, 1).tolist() == [1, -1, 4]
+    assert lane_slot_layout([0, 0], 2, 1).num_rows == 0
+
+
 def test_lane_slot_extra_rows_and_bad_input():
     layout = lane_slot_layout([4], 2, 0, num_rows=4)  # aligned up with trailing dummies
     assert (layout.num_rows, layout.row_indices().tolist()) == (4, [0, 1])
@@ -79,6 +85,32 @@ def test_lane_slot_extra_rows_and_bad_input():
     with pytest.raises(LayoutError) as info:
         attach_layout(object(), [0, 1])
     assert str(info.value) == "attach_layout expects a ComputePaddingLayout, got list"
+
+
+@pytest.mark.parametrize(
+    "build,message",
+    [
+        (lambda: lane_slot_layout([4], 2, 0, num_rows=1), "lane-slot: num_rows=1 below the 2 lane-slot rows"),
+        (lambda: lane_slot_layout([3, -1], 2, 0), "lane-slot: negative extend length in [3, -1]"),
+        (lambda: lane_slot_layout([3], 2, 2), "lane-slot: bad cp_size=2 / cp_rank=2"),
+        (lambda: ComputePaddingLayout(-1, None, "test"), "test: negative row count -1"),
+        (lambda: ComputePaddingLayout(3, torch.tensor([0, 1], dtype=torch.int32), "test"),
+         "test: valid_rows must be a 1-D CPU int64 tensor, got tensor([0, 1], dtype=torch.int32)"),
+        (lambda: ComputePaddingLayout(3, torch.tensor([[0, 1]]), "test"),
+         "test: valid_rows must be a 1-D CPU int64 tensor, got tensor([[0, 1]])"),
+        (lambda: ComputePaddingLayout(4, torch.tensor([0, 1, 4]), "test"), "test: valid rows outside [0, 4)"),
+        (lambda: ComputePaddingLayout(4, torch.tensor([0, 2, 1]), "test"),
+         "test: valid rows must be strictly increasing"),
+    ],
+    ids=["rows-below-lane-slots", "negative-length", "bad-rank", "negative-rows", "int32", "2-d",
+         "last-row-outside", "not-increasing"],
+)
+def test_bad_input_is_refused_with_a_message_that_names_it(build, message):
+    """Every check looks at the whole input (the last valid row, each neighbour pair, the dtype
+    and the shape on their own) and says what it refused."""
+    with pytest.raises(LayoutError) as info:
+        build()
+    assert str(info.value) == message
 
 
 def test_device_tensors_are_prepared_once_per_device():
@@ -151,6 +183,38 @@ def test_layout_of_follows_the_metadata_and_prefers_an_attached_layout(cp):
     assert not cp_padding_layout(same, 0).has_dummy_rows
     with pytest.raises(LayoutError):
         cp_padding_layout(SimpleNamespace(per_rank_actual_token=[2], per_rank_logical_token=[3]), 0)
+
+
+def test_layout_of_rebuilds_when_only_the_logical_rows_change(cp):
+    """The cache key holds the logical rows too (a copy): a ForwardBatch reused with the same
+    physical rows but other logical rows, even refilled in place, gets a new layout."""
+    from types import SimpleNamespace
+
+    metadata = SimpleNamespace(per_rank_actual_token=[4, 4], per_rank_logical_token=[3, 2])
+    batch = SimpleNamespace(attn_cp_metadata=metadata)
+    with cp["parallel"]().override(attn_cp_rank=1):
+        first = layout_of(batch)
+        assert first.row_indices().tolist() == [0, 1]
+        metadata.per_rank_logical_token[1] = 3  # the same list object, refilled
+        refilled = layout_of(batch)
+        assert refilled is not first and refilled.row_indices().tolist() == [0, 1, 2]
+        metadata.per_rank_logical_token = [3, 4]  # every physical row logical now
+        assert not layout_of(batch).has_dummy_rows
+
+
+def test_layout_of_metadata_without_logical_rows_and_a_batch_without_cp_metadata(cp):
+    """Metadata without ``per_rank_logical_token`` is the identity (as in cp_padding_layout), and
+    an object without ``attn_cp_metadata`` (or no forward batch at all: op_gate's state may hold
+    none) has no layout, never an AttributeError."""
+    from types import SimpleNamespace
+
+    batch = SimpleNamespace(attn_cp_metadata=SimpleNamespace(per_rank_actual_token=[5, 5]))
+    with cp["parallel"]().override(attn_cp_rank=1):
+        layout = layout_of(batch)
+        assert (layout.num_rows, layout.has_dummy_rows, layout.source) == (5, False, "cp-padding")
+        assert layout_of(batch) is layout
+    assert layout_of(SimpleNamespace()) is None
+    assert layout_of(None) is None
 
 
 # ----------------------------------------------------------------- the bug, shown on upstream's mask

@@ -157,6 +157,19 @@ def test_without_cp_nothing_is_refused(env, a2a):
     refuse_unsupported_at_startup(None, env["moe"])
 
 
+@pytest.mark.parametrize("enable_prefill_cp,cp_size", [(True, 1), (False, 2)])
+def test_only_prefill_cp_over_several_ranks_is_checked(env, enable_prefill_cp, cp_size):
+    """TP-MoE (refused under prefill CP on two ranks) builds with prefill CP on one rank, and
+    with two attention-CP ranks but prefill CP off: no rank holds CP dummy rows."""
+    from sglang.srt.runtime_context import get_context, get_parallel
+
+    with get_context().config_bag("parallel").override(enable_prefill_cp=enable_prefill_cp), \
+            get_parallel().override(attn_cp_size=cp_size):  # fmt: skip
+        assert (get_parallel().enable_prefill_cp, get_parallel().attn_cp_size) == (enable_prefill_cp, cp_size)
+        moe = build(env)
+    assert not moe._enable_a2a_moe
+
+
 # --------------------------------------------------------------------------- capture guard (defence in depth)
 
 CAPTURE = (
