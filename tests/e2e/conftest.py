@@ -29,6 +29,7 @@ OVERLAY_MSGPACK_W2 = ServerConfig(overlay=True, ipc="msgpack", tokenizer_workers
 UPSTREAM_PICKLE = ServerConfig(overlay=False, ipc="pickle", abort_triggers=True)
 UPSTREAM_MSGPACK = ServerConfig(overlay=False, ipc="msgpack", abort_triggers=True)
 OVERLAY_PLAIN = ServerConfig(overlay=True)  # no abort triggers: long runs (GSM8K) must not meet the running timeout
+UPSTREAM_PLAIN = ServerConfig(overlay=False)  # the fuzz's reference: no queue limit, so its 5xx do not depend on timing
 # A device pool of 1,024 tokens: the HiCache tests' prefixes (8 x ~250 tokens) spill to the host tier.
 # write_through: every inserted prefix is backed up at once (the default policy waits for repeated hits).
 _HICACHE_ARGS = ("--max-total-tokens", "1024", "--hicache-write-policy", "write_through")
