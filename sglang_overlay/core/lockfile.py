@@ -58,11 +58,15 @@ def patches_dir() -> Path:
     return Path(str(resources.files("sglang_overlay.series")))
 
 
+def _default_version(base: Path) -> str:
+    return read_lock(base / LOCK_NAME)["upstream"]["version"]
+
+
 def pin_dirs() -> dict[str, Path]:
     """Every supported upstream release -> its folder: ``patches/`` for the default pin, then
     ``patches/pins/<version>/`` for each other one."""
     base = patches_dir()
-    found = {read_lock(base / LOCK_NAME)["upstream"]["version"]: base}
+    found = {_default_version(base): base}
     pins = base / PINS_DIR
     for folder in sorted(pins.iterdir()) if pins.is_dir() else ():
         if (folder / LOCK_NAME).is_file():
@@ -73,7 +77,7 @@ def pin_dirs() -> dict[str, Path]:
 def pin_dir(version: str) -> Path:
     """The folder of ``version``'s pin, existing or not (``patches/pins/<version>/`` unless default)."""
     base = patches_dir()
-    if read_lock(base / LOCK_NAME)["upstream"]["version"] == version:
+    if _default_version(base) == version:
         return base
     return base / PINS_DIR / version
 
@@ -84,8 +88,10 @@ def default_lock_path() -> Path:
     from sglang_overlay.core.verify import installed_sglang_version
 
     installed = installed_sglang_version()
-    folder = pin_dirs().get(installed) if installed else None
-    return (folder or patches_dir()) / LOCK_NAME
+    base = patches_dir()
+    if installed is None or installed == _default_version(base):
+        return base / LOCK_NAME  # the default pin: no listing of patches/pins/
+    return pin_dirs().get(installed, base) / LOCK_NAME
 
 
 def lock_path() -> Path:

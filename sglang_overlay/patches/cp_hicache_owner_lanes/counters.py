@@ -61,6 +61,18 @@ class OwnerLaneCounters:
         metric = self._prom(name, doc, extra)
         metric.labels(**self._collector.labels, **{extra: value}).inc(amount)
 
+    def record_plan(self, plan, plan_ms: float, slow_ms: float) -> bool:
+        """Count one plan (a plan that had a deficit to cover counts its scan); True when it was slower
+        than ``slow_ms``, counted as a slow-plan warning that the caller logs."""
+        self.last_plan_ms = plan_ms
+        if any(plan.deficit):
+            self.plans += 1
+            self.leaves_scanned += plan.scanned
+        if plan_ms <= slow_ms:
+            return False
+        self.record_warning(WARN_SLOW_PLAN)
+        return True
+
     def record_eviction(self, pages_per_lane, leaves: int) -> None:
         self.leaves_evicted += leaves
         for lane, pages in enumerate(pages_per_lane):

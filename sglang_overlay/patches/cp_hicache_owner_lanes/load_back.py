@@ -170,13 +170,7 @@ def _timed_plan(cache, state, metas, free_before, last_hit_node):
     plan = plan_owner_lane_eviction(cache, need, free_before, state.index, state.shard_size)
     plan_ms = (time.perf_counter() - t0) * 1e3
     finish_plan(plan)
-    counters.last_plan_ms = plan_ms
-
-    if any(plan.deficit):
-        counters.plans += 1
-        counters.leaves_scanned += plan.scanned
-    if plan_ms > state.slow_plan_ms:
-        counters.record_warning(ctr.WARN_SLOW_PLAN)
+    if counters.record_plan(plan, plan_ms, state.slow_plan_ms):
         logger.warning(
             "owner-lane load-back: planning for node %d took %.2f ms (threshold %.2f ms, "
             "%d leaves scanned); need=%s free=%s deficit=%s",

@@ -459,13 +459,8 @@ class LaneGate:
         return 0 if still_short else tokens
 
     def _count_plan(self, plan, need, free, plan_ms: float) -> None:
-        counters, limit = self.state.counters, self.state.slow_plan_ms
-        counters.last_plan_ms = plan_ms
-        if any(plan.deficit):
-            counters.plans += 1
-            counters.leaves_scanned += plan.scanned
-        if plan_ms > limit:
-            counters.record_warning(ctr.WARN_SLOW_PLAN)
+        limit = self.state.slow_plan_ms
+        if self.state.counters.record_plan(plan, plan_ms, limit):
             logger.warning("owner-lane load-back: node %d, planning took %.2f ms > %.2f ms (%d nodes scanned); %s",
                            self.node_id, plan_ms, limit, plan.scanned,
                            _lane_report(need=need, free=free, deficit=plan.deficit))
