@@ -21,6 +21,23 @@ def add_output_flags(parser: argparse.ArgumentParser, quick: str, png: str | Non
         parser.add_argument("--png", type=Path, metavar="FILE", help=f"write {png} to FILE")
 
 
+def require_sglang(spec: str, benchmark: str, instead: str) -> None:
+    """Exit with a clear message, before importing sglang, when the installed release is outside ``spec``
+    (the release whose classes the benchmark drives); ``instead`` says what to run there."""
+    import importlib.metadata
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    try:
+        found = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        found = None
+    if found is None or not SpecifierSet(spec).contains(Version(found), prereleases=True):
+        raise SystemExit(f"{benchmark} drives sglang{spec}'s classes; this environment has "
+                         f"{'sglang ' + found if found else 'no sglang'}. {instead}")
+
+
 def write_json(path: Path | None, data: dict) -> Path | None:
     """Write ``data`` to ``path`` (parents created); nothing when no path was given."""
     if path is None:

@@ -58,7 +58,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench_common import add_output_flags, write_outputs  # noqa: E402
+from bench_common import add_output_flags, require_sglang, write_outputs  # noqa: E402
 
 N = 8
 PS = 16
@@ -647,6 +647,8 @@ def main(argv=None):
     global DEVICE
     args = parse_args(argv)
     check_device(args.device)
+    require_sglang("<0.5.23", "bench_owner_lanes.py (HiRadixCache.load_back)",
+                   "On 0.5.23 run scripts/bench_owner_lanes_0523.py (UnifiedRadixCache._load_back_transfers).")
     DEVICE = args.device
 
     import logging

@@ -1,7 +1,10 @@
 """Shared pytest set-up: offline, quiet, repository root importable (tests.support).
 
 Pins: a module named ``test_v<major>_<minor>_<patch>*.py`` (``test_v0_5_23.py``) tests one supported
-upstream pin's implementation; it is collected only where that sglang is installed.
+upstream pin's implementation; it is collected only where that sglang is installed. A test (or a module's
+``pytestmark``) that drives one range of releases carries ``@pytest.mark.upstream("<0.5.23", why=...)``
+and is skipped, with the range and the reason, under any other; so ``pytest`` in either pin's environment
+is that pin's whole suite.
 
 Data: ``GSM8K_DIR`` is the small committed fixture (tests/data/gsm8k, MIT, with its notice), so a
 clone with nothing beside it runs its suite. ``full_gsm8k_dir()`` finds the full splits (the
@@ -89,9 +92,28 @@ def pytest_ignore_collect(collection_path, config):
     return True if ".".join(match.groups()[:3]) != _installed_sglang() else None
 
 
+def upstream_skip_reason(item, installed: str | None) -> str | None:
+    """Why ``item`` does not run here: it carries ``@pytest.mark.upstream(SPEC, why=...)`` (a module's
+    ``pytestmark`` or a test's) and the installed sglang is outside SPEC (``"<0.5.23"``: it drives that
+    pin's classes, or pins that release's upstream behaviour; the other pin has its own tests)."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    for mark in item.iter_markers("upstream"):
+        spec = SpecifierSet(mark.args[0])
+        if installed is None or not spec.contains(Version(installed), prereleases=True):
+            return f"for sglang{spec}, installed {installed}: {mark.kwargs.get('why', '')}".rstrip(": ")
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     from tests.support.series_forms import current_form, source_form_skip_reason
 
+    installed = _installed_sglang()
+    for item in items:
+        reason = upstream_skip_reason(item, installed)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
     if current_form() != "source":
         return
     for item in items:

@@ -17,6 +17,7 @@ import textwrap
 import pytest
 
 from tests.conftest import REPO, subprocess_env
+from tests.support.checkout import changed, copy_checkout, git
 
 DECLARATION = '''\
 """Patch demo-added: a throw-away patch that proves the "add a patch" steps (test only)."""
@@ -84,9 +85,13 @@ Not-tested: nothing else.
 """
 
 
-def git(root, *args) -> str:
-    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
-    return proc.stdout
+def _pin_folder() -> str:
+    from sglang_overlay.core import lockfile
+
+    return lockfile.default_lock_path().parent.relative_to(REPO).as_posix()
+
+
+PIN_FOLDER = _pin_folder()
 
 
 def overlay(root, *args) -> subprocess.CompletedProcess:
@@ -99,20 +104,7 @@ def overlay(root, *args) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory):
     """This checkout's tracked files (working-tree content) in a fresh git repository."""
-    root = tmp_path_factory.mktemp("clone") / "sglang-overlay"
-    for rel in git(REPO, "ls-files", "-z").split("\0"):
-        if rel and (REPO / rel).is_file():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, root / rel)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
-    return root
-
-
-def changed(root) -> set[str]:
-    git(root, "add", "-A", "--intent-to-add")
-    return {line[3:] for line in git(root, "status", "--porcelain", "--untracked-files=all").splitlines()}
+    return copy_checkout(tmp_path_factory.mktemp("clone") / "sglang-overlay")
 
 
 def test_adding_a_patch_takes_its_folder_and_its_description(copy):
@@ -138,11 +130,14 @@ def test_adding_a_patch_takes_its_folder_and_its_description(copy):
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
     regenerated = changed(copy) - written_by_hand
-    new_patch = f"patches/{position:04d}-demo-added.patch"
-    assert regenerated == {"patches/upstream.lock", "patches/series", new_patch, "README.md"}, regenerated
-    assert git(copy, "diff", "--", "patches/0001-cp-hicache-owner-lanes.patch") == ""  # nothing renumbered
-    readme = (copy / "README.md").read_text()
-    assert "`demo-added`" in readme and "`SGLANG_OVERLAY_DEMO_ADDED_LIMIT`" in readme
+    pin = PIN_FOLDER  # the installed pin's folder: patches/ (default pin) or patches/pins/<version>/
+    new_patch = f"{pin}/{position:04d}-demo-added.patch"
+    readme = {"README.md"} if pin == "patches" else set()  # its tables describe the default pin
+    assert regenerated == {f"{pin}/upstream.lock", f"{pin}/series", new_patch} | readme, regenerated
+    assert git(copy, "diff", "--", f"{pin}/0001-cp-hicache-owner-lanes.patch") == ""  # nothing renumbered
+    if readme:
+        text = (copy / "README.md").read_text()
+        assert "`demo-added`" in text and "`SGLANG_OVERLAY_DEMO_ADDED_LIMIT`" in text
 
     check = overlay(copy, "check", "--json")
     rows = [r for r in json.loads(check.stdout)["targets"] if r["patch"] == "demo-added"]

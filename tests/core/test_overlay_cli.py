@@ -132,10 +132,13 @@ def test_rebase_check_reports_unchanged_changed_and_missing(demo_lock, tmp_path)
 
 
 def test_apply_script_reads_the_pin_from_the_lock():
-    out = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--print-pin"], capture_output=True, text=True, check=True).stdout
-    pin = lockfile.read_pin()
-    assert f"sglang=={pin.version} torch=={pin.torch} torchvision=={pin.torchvision}" in out
-    assert pin.wheel_sha256 in out
+    script = str(REPO / "scripts" / "apply_patches.sh")
+    for version, folder in lockfile.pin_dirs().items():  # no --upstream: the default pin (patches/upstream.lock)
+        extra = [] if folder == lockfile.patches_dir() else ["--upstream", version]
+        out = subprocess.run([script, "--print-pin", *extra], capture_output=True, text=True, check=True).stdout
+        pin = lockfile.read_pin(folder / lockfile.LOCK_NAME)
+        assert f"sglang=={pin.version} torch=={pin.torch} torchvision=={pin.torchvision}" in out
+        assert pin.wheel_sha256 in out
 
 
 def test_apply_script_refuses_unsupported_python_and_unknown_flags(tmp_path):

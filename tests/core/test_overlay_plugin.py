@@ -6,6 +6,7 @@ lock generated for it, plus the shipped series.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 
 import pytest
@@ -193,15 +194,17 @@ def test_hook_that_did_not_take_fails_at_import(tmp_path):
 
 
 def test_wrong_sglang_version_refuses_unless_opted_out(demo_lock, tmp_path):
-    lock = lock_with(demo_lock, tmp_path, lambda d: d["upstream"].update(version="0.5.19"))
+    found = importlib.metadata.version("sglang")
+    other = f"{found}.post99"  # another release, in the same target scope as the installed one
+    lock = lock_with(demo_lock, tmp_path, lambda d: d["upstream"].update(version=other))
     proc = run_python(LOAD_ONLY, **demo_env(lock))
     assert proc.returncode == 1
-    assert "sglang-overlay 0.1.0 is pinned to sglang==0.5.19, found 0.5.20" in proc.stderr
+    assert f"sglang-overlay 0.1.0 is pinned to sglang=={other}, found {found}" in proc.stderr
     proc = run_python(LOAD_ONLY, **demo_env(lock, SGLANG_OVERLAY_ALLOW_UNPINNED="1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "demo-radix-key" in proc.stdout
     # Opting out of the version pin still enforces per-target fingerprints.
-    both = lock_with(demo_lock, tmp_path, lambda d: (d["upstream"].update(version="0.5.19"),
+    both = lock_with(demo_lock, tmp_path, lambda d: (d["upstream"].update(version=other),
                                                      d["targets"][DEMO_TARGET].update(fingerprint="sha256:" + "1" * 64)))
     proc = run_python(LOAD_ONLY, **demo_env(both, SGLANG_OVERLAY_ALLOW_UNPINNED="1"))
     assert proc.returncode == 1 and "fingerprint drift" in proc.stderr

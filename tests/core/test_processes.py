@@ -15,11 +15,14 @@ import time
 
 import pytest
 
-from sglang_overlay.core import processes
+from sglang_overlay.core import lockfile, processes
 from tests.conftest import REPO, subprocess_env
 from tests.support.proc import run_cli, run_python
 
-TARGET_MODULE = "sglang.srt.mem_cache.radix_cache"
+# a target the owner-lanes patch hooks in the installed pin (0.5.20: RadixCache, 0.5.23: UnifiedRadixCache)
+TARGET = [e for _, e in sorted(lockfile.read_lock()["targets"].items()) if e["patch"] == "cp-hicache-owner-lanes"][-1]
+TARGET_MODULE = TARGET["module"]
+_OWNER, _ATTR = TARGET["qualname"].rsplit(".", 1)
 
 
 def report(proc) -> dict:
@@ -31,7 +34,7 @@ CHILD = f"""
 import json, sys
 import {TARGET_MODULE} as m
 from sglang_overlay.core.introspection import raw_attribute
-fn = raw_attribute(m.RadixCache, "cache_finished_req")
+fn = raw_attribute(m.{_OWNER}, "{_ATTR}")
 print("REPORT" + json.dumps({{"wrapped": hasattr(fn, "__wrapped__"),
                              "overlay": "sglang_overlay.core.hooking" in sys.modules}}))
 """
@@ -71,7 +74,7 @@ def test_applying_marks_the_children():
 
 
 REFUSAL = """
-from sglang_overlay.core import processes
+from sglang_overlay.core import lockfile, processes
 processes.process_hook_path = lambda: None  # an environment without the .pth hook
 from sglang.srt.plugins import load_plugins
 load_plugins()
@@ -97,9 +100,9 @@ def test_one_info_line_per_process_before_logging_is_configured():
     from sglang.srt.plugins import load_plugins
     load_plugins()
     load_plugins()
-    import sglang.srt.mem_cache.radix_cache
+    import {TARGET_MODULE}
     """
-    proc = run_python(code)
+    proc = run_python(code.format(TARGET_MODULE=TARGET_MODULE))
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [l for l in proc.stderr.splitlines() if "sglang-overlay: active" in l]
     assert len(lines) == 1, proc.stderr[-2000:]
@@ -124,11 +127,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-SERVE = """
+SERVE = f"""
 import http.server, sys
 from sglang.srt.plugins import load_plugins
 load_plugins()
-import sglang.srt.mem_cache.radix_cache
+import {TARGET_MODULE}
 server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.BaseHTTPRequestHandler)
 print("READY", flush=True)
 server.serve_forever()

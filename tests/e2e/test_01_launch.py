@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import httpx
 import openai
 import pytest
 
 from tests.e2e.conftest import OVERLAY_MSGPACK, OVERLAY_PICKLE_CLI
-from tests.support.real_server.server import VENV_BIN
+from tests.support.real_server.server import run_status
 
 pytestmark = pytest.mark.e2e
 
@@ -28,11 +27,6 @@ def server(request, server_pool):
 
 def active_lines(server) -> list[tuple[int, str, set, str]]:
     return [(int(pid), role, set(patches.split(",")), fp) for pid, role, patches, fp in ACTIVE.findall(server.log_text())]
-
-
-def run_status(url: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(VENV_BIN / "sglang-overlay"), "status", "--url", url, *extra],
-                          capture_output=True, text=True, timeout=120)
 
 
 def test_launched_through_the_configured_launcher(server):

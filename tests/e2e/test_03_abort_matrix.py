@@ -1,7 +1,7 @@
 """Real scheduler-side error aborts, overlay and upstream side by side, through every OpenAI-compatible route.
 
-The triggers are upstream 0.5.20's own (sglang/srt/managers/scheduler.py), reachable on demand with the
-flags of ``server.ABORT_FLAGS`` and ``SGLANG_REQ_RUNNING_TIMEOUT=4``:
+The triggers are upstream's own (line numbers are 0.5.20's sglang/srt/managers/scheduler.py), reachable on
+demand with the flags of ``server.ABORT_FLAGS`` and ``SGLANG_REQ_RUNNING_TIMEOUT=4``:
 
 - ``priority``: ``Scheduler._set_or_validate_priority`` (scheduler.py:3229-3256): with
   ``--abort-on-priority-when-disabled`` a request carrying ``priority`` is refused with
@@ -19,7 +19,8 @@ Each cell sends the same request to each server and reduces what the client saw 
 The overlay cells assert the contract (README "openai-abort-status"): the real status and message,
 as an HTTP error before the first chunk on OpenAI routes, as an SSE error event after it, and on
 Anthropic ``/v1/messages`` upstream's typed ``overloaded_error`` with the real message. The upstream
-cells pin what upstream 0.5.20 was observed to do (``UPSTREAM``), which is what the overlay fixes.
+cells pin what upstream 0.5.20 was observed to do (``UPSTREAM``), which is what the overlay fixes, with
+what later pins changed of it (``UPSTREAM_CHANGES``: the tier runs on both pins).
 
 FAILING-FIRST: ``overlay-msgpack-w2-*`` stream cells (tokenizer workers never loaded the overlay:
 HTTP 200 + ``finish_reason: "abort"``) and ``messages`` stream ``queue_full`` cells (the overlay's SSE
@@ -29,11 +30,13 @@ wrapper raised HTTPException inside the generator the Anthropic handler consumes
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 
 import httpx
 import pytest
+from packaging.version import Version
 
 from tests.e2e.conftest import (OVERLAY_MSGPACK, OVERLAY_MSGPACK_W2, OVERLAY_PICKLE_CLI, OVERLAY_PICKLE_W2,
                                 UPSTREAM_MSGPACK, UPSTREAM_PICKLE)
@@ -85,6 +88,15 @@ UPSTREAM: dict[tuple, str] = {
     ('pickle', 'running_timeout', 'completions', True): 'sse_error 200 code=503 after-content',
     ('pickle', 'running_timeout', 'messages', True): 'sse_error 200 overloaded_error after-content',
 }
+# What later releases changed of that, observed on this tier's servers, by the release that changed it:
+# 0.5.23 reports the non-stream /v1/messages 503 as Anthropic's typed overloaded_error (both codecs).
+UPSTREAM_CHANGES: dict[str, dict[tuple, str]] = {
+    "0.5.23": {(ipc, "queue_full", "messages", False): "http_error 503 overloaded_error" for ipc in ("pickle", "msgpack")},
+}
+_INSTALLED = Version(importlib.metadata.version("sglang"))
+for _release, _changes in UPSTREAM_CHANGES.items():
+    if _INSTALLED >= Version(_release):
+        UPSTREAM.update(_changes)
 
 OBSERVED: dict[tuple, str] = {}
 
@@ -131,7 +143,7 @@ def test_abort_cell(server, trigger, route, stream):
     if server.config.overlay:
         want = expected_overlay(trigger, route, stream)
         got = outcome.brief()
-        if want is None:  # upstream's non-stream /v1/messages outcome (500 api_error), unchanged by the overlay
+        if want is None:  # upstream's non-stream /v1/messages outcome (its pickle cell), unchanged by the overlay
             assert got == UPSTREAM[("pickle", trigger, route, stream)], f"{key}: {got!r} differs from upstream"
             return
         assert got == want, f"{key}: got {outcome.brief()!r} ({outcome.message!r}), want {want!r}\n{outcome.raw[-1500:]}"

@@ -3,23 +3,29 @@ the overlay server starts, serves repeated-prefix requests through a device pool
 to the host tier, and its greedy outputs equal upstream's for the same requests (the owner-lanes patch
 must be inert on a pool that is not page-interleaved).
 
-Note (0.5.20): the server builds ``UnifiedRadixCache`` with HiCache attached, not ``HiRadixCache``, so the
-owner-lanes hooks on ``hiradix_cache`` stay pending in the scheduler (see ``sglang-overlay status``)."""
+Per pin, in the scheduler that owns the cache (``sglang-overlay status``): on 0.5.20 the server builds
+``UnifiedRadixCache`` with HiCache attached, not ``HiRadixCache``, so the owner-lanes hooks on
+``hiradix_cache`` stay pending; on 0.5.23 the patch's one target, ``UnifiedRadixCache._load_back_transfers``,
+is hooked and passes through (the pool is not page-interleaved without ``--enable-kv-cache-sharding``)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 
 import httpx
 import pytest
+from packaging.version import Version
 
 from tests.e2e.conftest import OVERLAY_HICACHE, UPSTREAM_HICACHE
 from tests.support.real_server.model import GSM8K_TRAIN
+from tests.support.real_server.server import run_status
 
 pytestmark = pytest.mark.e2e
 
 CACHED = re.compile(r"#cached-token: (\d+)")
+LOAD_BACK_0_5_23 = "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._load_back_transfers"
 
 
 def prompts() -> list[str]:
@@ -75,3 +81,16 @@ def test_repeats_reproduce_their_first_answer(outputs):
 
 def test_greedy_outputs_equal_upstream(outputs):
     assert outputs["overlay"] == outputs["upstream"]
+
+
+def test_the_scheduler_owning_the_cache_holds_the_pins_owner_lane_hooks(outputs, server_pool):
+    server = server_pool.get(OVERLAY_HICACHE)
+    result = run_status(server.url, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    schedulers = [p for p in json.loads(result.stdout)["processes"] if p["role"].strip().startswith("scheduler")]
+    assert len(schedulers) == 1, schedulers
+    scheduler = schedulers[0]
+    if Version(importlib.metadata.version("sglang")) >= Version("0.5.23"):
+        assert scheduler["applied"].get("cp-hicache-owner-lanes") == [LOAD_BACK_0_5_23], scheduler
+    else:
+        assert "sglang.srt.mem_cache.hiradix_cache" in scheduler["pending_modules"], scheduler

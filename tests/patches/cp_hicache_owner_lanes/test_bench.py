@@ -47,6 +47,10 @@ def assert_counted_goals(result):
     assert result["replay"]["patch"]["tokens_reprefilled_after_refusal"] == 0
 
 
+ON_0_5_20 = pytest.mark.upstream("<0.5.23", why="drives 0.5.20's HiRadixCache; 0.5.23's is bench_owner_lanes_0523.py")
+
+
+@ON_0_5_20
 @pytest.mark.ci_slow
 def test_bench_owner_lanes_quick_counted_goals(tmp_path):
     out = tmp_path / "out"
@@ -58,6 +62,7 @@ def test_bench_owner_lanes_quick_counted_goals(tmp_path):
     assert "whole path, patch vs upstream" in proc.stdout
 
 
+@ON_0_5_20
 @pytest.mark.slow
 def test_bench_owner_lanes_full(tmp_path):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
@@ -76,4 +81,12 @@ def test_bench_device_cuda_fails_clearly_without_cuda(tmp_path):
     assert proc.returncode != 0
     assert "--device cuda needs a visible CUDA device" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.upstream(">=0.5.23", why="the refusal of a release whose classes the benchmark does not drive")
+def test_bench_refuses_another_pin_naming_what_to_run(tmp_path):
+    proc = run_bench(tmp_path, "--quick", "--json", str(tmp_path / "x.json"), timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "drives sglang<0.5.23's classes" in proc.stderr and "bench_owner_lanes_0523.py" in proc.stderr
     assert list(tmp_path.iterdir()) == []

@@ -15,6 +15,9 @@ from sglang_overlay.patches.moe_cp_compaction.layout import (
     layout_of,
 )
 
+ON_0_5_20_CP_METADATA = pytest.mark.upstream(
+    "<0.5.23", why="0.5.20's CP metadata (attn_cp_size, logical rows); 0.5.23's in moe_cp_compaction/test_v0_5_23.py")
+
 CP_SIZES = st.sampled_from([1, 2, 3, 4, 8])
 BATCHES = st.lists(st.integers(min_value=0, max_value=300), min_size=0, max_size=64)
 
@@ -143,6 +146,7 @@ def cp():
     )
 
 
+@ON_0_5_20_CP_METADATA
 @pytest.mark.parametrize("lens", [[7, 9, 2], [16], [40, 8, 8, 1]])
 @pytest.mark.parametrize("n", [2, 4])
 def test_cp_padding_layout_from_upstream_metadata(cp, lens, n):
@@ -164,6 +168,7 @@ def test_cp_padding_layout_from_upstream_metadata(cp, lens, n):
             assert first.row_indices().tolist() == layout.row_indices().tolist()
 
 
+@ON_0_5_20_CP_METADATA
 def test_layout_of_follows_the_metadata_and_prefers_an_attached_layout(cp):
     from types import SimpleNamespace
 
@@ -185,6 +190,7 @@ def test_layout_of_follows_the_metadata_and_prefers_an_attached_layout(cp):
         cp_padding_layout(SimpleNamespace(per_rank_actual_token=[2], per_rank_logical_token=[3]), 0)
 
 
+@ON_0_5_20_CP_METADATA
 def test_layout_of_rebuilds_when_only_the_logical_rows_change(cp):
     """The cache key holds the logical rows too (a copy): a ForwardBatch reused with the same
     physical rows but other logical rows, even refilled in place, gets a new layout."""
@@ -202,6 +208,7 @@ def test_layout_of_rebuilds_when_only_the_logical_rows_change(cp):
         assert not layout_of(batch).has_dummy_rows
 
 
+@ON_0_5_20_CP_METADATA
 def test_layout_of_metadata_without_logical_rows_and_a_batch_without_cp_metadata(cp):
     """Metadata without ``per_rank_logical_token`` is the identity (as in cp_padding_layout), and
     an object without ``attn_cp_metadata`` (or no forward batch at all: op_gate's state may hold

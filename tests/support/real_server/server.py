@@ -152,6 +152,12 @@ class ServerConfig:
         return env
 
 
+def run_status(url: str, *extra: str) -> subprocess.CompletedProcess:
+    """``sglang-overlay status --url URL`` as an operator runs it (this environment's console script)."""
+    return subprocess.run([str(VENV_BIN / "sglang-overlay"), "status", "--url", url, *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
