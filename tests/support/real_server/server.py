@@ -16,9 +16,10 @@ offline model (``model.py``) and ``standins/`` first on ``PYTHONPATH`` (the ``sg
 Invariants: the server runs in a new session (its own process group); ``stop()`` sends SIGTERM to the group,
 then SIGKILL, then kills by pid any descendant that left the group, and reports survivors (``orphans``): after
 ``stop()`` no process of this launch is alive. Start-up failures raise ``ServerStartError`` with the log tail
-as soon as the process dies (never a silent wait to the timeout). Every process of a launch inherits
-``SGLANG_OVERLAY_TEST_SERVER=<launch id>``, so leftovers that left the group can be found by environment
-(SGLang's ``setproctitle`` hides the environment of renamed processes such as ``sglang::scheduler``: those
+as soon as the process dies (never a silent wait to the timeout); an HTTP port another process took before
+uvicorn bound it (``PortTaken``) is retried on a new port, ``PORT_ATTEMPTS`` launches in all. Every
+process of a launch inherits ``SGLANG_OVERLAY_TEST_SERVER=<launch id>``, so leftovers that left the group can
+be found by environment (SGLang's ``setproctitle`` hides the environment of renamed processes such as ``sglang::scheduler``: those
 are covered by the group kill and by the pid snapshot ``stop()`` takes first).
 Cost: a launch is 20-40 s to ready on 2 warm cores (90-120 s cold); polling is one HTTP request per 0.5 s.
 """
@@ -74,6 +75,11 @@ HICACHE_FLAGS = (
 
 class ServerStartError(RuntimeError):
     """The server died or never became ready; the message ends with its log tail."""
+
+
+class PortTaken(ServerStartError):
+    """Another process bound the HTTP port between ``free_port()`` and uvicorn's bind (SGLang picks its
+    internal ports at random too); uvicorn then waits for shutdown instead of exiting. Retried on a new port."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +285,7 @@ def _kill_leftovers(launch_id: str, known: set[int]) -> list[int]:
 
 WORKER_DIED = "Child process ["  # uvicorn's supervisor: "Child process [PID] died" (it then respawns)
 MAX_WORKER_DEATHS = 3
+PORT_ATTEMPTS = 3
 
 
 def _wait_ready(server: RealServer, timeout_s: float, poll_s: float = 0.5) -> None:
@@ -294,7 +301,11 @@ def _wait_ready(server: RealServer, timeout_s: float, poll_s: float = 0.5) -> No
             if code is not None:
                 raise ServerStartError(f"server {server.config.name} exited with {code} before it was ready; "
                                        f"log {server.log_path}:\n{server.log_tail()}")
-            deaths = sum(1 for line in server.log_text().splitlines() if WORKER_DIED in line and "died" in line)
+            log = server.log_text()
+            if f"('127.0.0.1', {server.port}): address already in use" in log:
+                raise PortTaken(f"server {server.config.name}: port {server.port} was taken before uvicorn bound it; "
+                                f"log {server.log_path}")
+            deaths = sum(1 for line in log.splitlines() if WORKER_DIED in line and "died" in line)
             if deaths >= MAX_WORKER_DEATHS:
                 raise ServerStartError(f"server {server.config.name}: {deaths} tokenizer workers died before it was "
                                        f"ready (uvicorn respawns them forever); log {server.log_path}:\n{server.log_tail()}")
@@ -318,9 +329,17 @@ def start_server(config: ServerConfig, log_dir: str | os.PathLike, model_dir: Pa
 
     ``poll_s`` is the readiness poll interval, so also the resolution of ``time_to_ready``."""
     model_dir = Path(model_dir) if model_dir else build_tiny_model()
+    for _ in range(PORT_ATTEMPTS - 1):
+        try:
+            return _start_once(config, Path(log_dir), model_dir, timeout_s, poll_s)
+        except PortTaken:
+            continue  # the launch was stopped whole; a new port
+    return _start_once(config, Path(log_dir), model_dir, timeout_s, poll_s)
+
+
+def _start_once(config: ServerConfig, log_dir: Path, model_dir: Path, timeout_s: float, poll_s: float) -> RealServer:
     port = free_port()
     launch_id = uuid.uuid4().hex
-    log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{config.name}-{port}.log"
     with log_path.open("wb") as log:
