@@ -16,12 +16,10 @@ from sglang_overlay.core.introspection import find_definition
 from sglang_overlay.core.fingerprint import TargetNotFound, fingerprint_source
 from sglang_overlay.core.registry import discover_patches
 from tests.conftest import REPO, subprocess_env
-from tests.support.series_forms import APPLY, apply_script, pristine_package_dir, tree_hash
-
-DEFAULT_PIN_SERIES = pytest.mark.upstream(
-    "<0.5.23", why="applies the default pin's series (patches/*.patch) to the installed sglang")
+from tests.support.series_forms import APPLY, apply_script, pin_folder, pristine_package_dir, tree_hash
 
 SERIES = [p for p in discover_patches() if not p.extra]
+PIN = pin_folder()  # the installed pin's series: patches/ or patches/pins/<version>/
 FIRST = SERIES[0].targets[0]  # a target of the first patch, to break on purpose
 
 
@@ -63,7 +61,7 @@ def test_committed_series_is_what_the_registry_generates():
     proc = run_cli("series", "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(SERIES)} patch(es) up to date" in proc.stdout
-    names = (REPO / "patches" / "series").read_text().split()
+    names = (PIN / "series").read_text().split()
     assert names == [series_diff.patch_file_name(p.position, p) for p in SERIES]
 
 
@@ -76,10 +74,9 @@ def test_series_check_fails_on_an_upstream_the_diffs_no_longer_match(tmp_path):
     assert "sglang-overlay series --write" in proc.stderr
 
 
-@DEFAULT_PIN_SERIES
 def test_every_patch_is_in_format_patch_form_with_its_description():
     for patch in SERIES:
-        text = (REPO / "patches" / series_diff.patch_file_name(patch.position, patch)).read_text()
+        text = (PIN / series_diff.patch_file_name(patch.position, patch)).read_text()
         head, _, rest = text.partition("\n\n")
         assert head.splitlines()[0].startswith("From 0000000000000000000000000000000000000000 ")
         assert f"Subject: [PATCH {patch.position:04d}] {patch.id}: " in head
@@ -135,7 +132,6 @@ def test_the_source_form_keeps_each_upstream_definition_verbatim():
 # --------------------------------------------------------------------------- applying
 
 
-@DEFAULT_PIN_SERIES
 def test_apply_twice_second_run_says_already_applied_and_changes_nothing(tmp_path):
     root = minimal_checkout(tmp_path / "checkout")
     first = apply_script("--source", str(root))
@@ -162,17 +158,17 @@ def _repo_copy_with(tmp_path: Path, edit) -> Path:
 
 
 def test_corrupted_hunk_in_the_last_patch_is_refused_and_the_tree_is_untouched(tmp_path):
-    last = REPO / "patches" / series_diff.patch_file_name(SERIES[-1].position, SERIES[-1])
+    last = (PIN / series_diff.patch_file_name(SERIES[-1].position, SERIES[-1])).relative_to(REPO / "patches")
 
     def corrupt(patches: Path):
-        text = (patches / last.name).read_text()
+        text = (patches / last).read_text()
         line = next(l for l in text.splitlines() if l.startswith("-") and "def " in l)
-        (patches / last.name).write_text(text.replace(line, line.replace("def ", "def corrupted_"), 1))
+        (patches / last).write_text(text.replace(line, line.replace("def ", "def corrupted_"), 1))
 
     fake = _repo_copy_with(tmp_path, corrupt)
     root = minimal_checkout(tmp_path / "checkout")
     pristine = tree_hash(root)
-    proc = subprocess.run([str(fake / "scripts" / APPLY.name), "--source", str(root)], capture_output=True, text=True)
+    proc = apply_script("--source", str(root), script=fake / "scripts" / APPLY.name)
     assert proc.returncode == 1
     assert "refusing: the series does not apply" in proc.stderr and "nothing was changed" in proc.stderr
     assert "patch failed" in proc.stderr or "does not apply" in proc.stderr
@@ -188,10 +184,9 @@ def test_upstream_that_moved_under_a_hunk_is_refused_untouched(tmp_path):
     assert tree_hash(root) == before
 
 
-@DEFAULT_PIN_SERIES
 def test_partly_patched_tree_is_refused_untouched(tmp_path):
     root = minimal_checkout(tmp_path)
-    first = REPO / "patches" / series_diff.patch_file_name(SERIES[0].position, SERIES[0])
+    first = PIN / series_diff.patch_file_name(SERIES[0].position, SERIES[0])
     subprocess.run(["git", "apply", "-p1", str(first)], cwd=root, check=True,
                    env={**subprocess_env(), "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)})
     before = tree_hash(root)
@@ -205,7 +200,6 @@ def test_source_needs_an_upstream_checkout(tmp_path):
     assert proc.returncode == 1 and "no python/sglang/ inside" in proc.stderr
 
 
-@DEFAULT_PIN_SERIES
 def test_site_packages_mode_patches_the_environments_sglang(tmp_path):
     """--site-packages finds sglang through the environment's interpreter and strips python/."""
     site = tmp_path / "site"
@@ -225,14 +219,13 @@ def test_site_packages_mode_patches_the_environments_sglang(tmp_path):
     assert again.returncode == 0 and "already applied" in again.stdout
 
 
-@DEFAULT_PIN_SERIES
 def test_git_am_turns_each_patch_into_a_commit_with_its_description(tmp_path):
     root = minimal_checkout(tmp_path)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     env = {**subprocess_env(), "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "sglang 0.5.20"]):
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "pristine sglang"]):
         subprocess.run(git + args, cwd=root, env=env, check=True)
-    files = [str(REPO / "patches" / name) for name in (REPO / "patches" / "series").read_text().split()]
+    files = [str(PIN / name) for name in (PIN / "series").read_text().split()]
     subprocess.run(git + ["am", "-q", *files], cwd=root, env=env, check=True, capture_output=True)
     log = subprocess.run(git + ["log", "--format=%s%n%b%x00"], cwd=root, env=env, check=True,
                          capture_output=True, text=True).stdout.split("\0")

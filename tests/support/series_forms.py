@@ -81,8 +81,24 @@ def upstream_copy(dest: Path) -> Path:
     return dest
 
 
-def apply_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(APPLY), *args], capture_output=True, text=True, timeout=300)
+def pin_folder() -> Path:
+    """The installed pin's series folder: ``patches/`` (default pin) or ``patches/pins/<version>/``."""
+    from sglang_overlay.core import lockfile
+
+    return lockfile.default_lock_path().parent
+
+
+def pin_args() -> list[str]:
+    """``apply_patches.sh`` arguments selecting the installed pin (none for the default pin)."""
+    from sglang_overlay.core import lockfile
+
+    folder = pin_folder()
+    return [] if folder == lockfile.patches_dir() else ["--upstream", folder.name]
+
+
+def apply_script(*args: str, script: Path = APPLY) -> subprocess.CompletedProcess:
+    """``apply_patches.sh`` (``script``: a copy of it) for the installed pin's series."""
+    return subprocess.run([str(script), *pin_args(), *args], capture_output=True, text=True, timeout=300)
 
 
 def tree_hash(root: Path) -> str:

@@ -4,7 +4,7 @@ transfer engine (CPU; stand-ins named in tests/support/hicache_cpu_0523.py).
 
 Collected only where the installed sglang is 0.5.23 (tests/conftest.py: pin modules). The hook is installed on
 ``UnifiedRadixCache._load_back_transfers`` the way SGLang's HookRegistry installs an
-AROUND hook (``hook(original, self, *args, **kwargs)``); with
+AROUND hook (``hook(original, self, *args, **kwargs)``; in the source form the sources carry it); with
 ``SGLANG_OVERLAY_DISABLE=cp-hicache-owner-lanes`` it is not, which is how the
 failing-first evidence is produced (the upstream halves still pass, the patched halves fail).
 """
@@ -24,6 +24,7 @@ from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23 as v23
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
+from tests.support.series_forms import current_form
 
 HOOKED = "cp-hicache-owner-lanes" not in overlay_settings.disabled_patch_ids()
 
@@ -33,7 +34,7 @@ def hook():
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
     original = UnifiedRadixCache.__dict__["_load_back_transfers"]
-    if not HOOKED:
+    if not HOOKED or current_form() == "source":  # the source form's sources carry the hook already
         yield
         return
 

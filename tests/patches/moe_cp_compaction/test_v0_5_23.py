@@ -113,6 +113,7 @@ PATHS = [
 # --------------------------------------------------------------------------- the boundary
 
 
+@pytest.mark.representative
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", ["interleave", "zigzag"])
 @pytest.mark.parametrize("cp,lens,rank", RANKS)
