@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 
 import pytest
 
@@ -212,7 +213,9 @@ def test_impossible_deficit_refused_cleanly(caplog):
     warnings = [r for r in caplog.records if "refused" in r.getMessage()]
     assert len(warnings) == 1
     msg = warnings[0].getMessage()
-    assert f"node {node.id}" in msg and "need=[1,1,1,1]" in msg and "deficit=[0,0,0,1]" in msg
+    assert re.fullmatch(rf"owner-lane load-back: refused for node {node.id}, deficit remains after planning: "
+                        r"need=\[1,1,1,1\] free=\[[0-9,]+\] deficit=\[0,0,0,1\] uncovered=\[0,0,0,1\] "
+                        r"\(\d+ leaves scanned\); nothing evicted", msg), msg
     c = counters_of(cache)
     assert c.refused == 1 and c.warnings == {"deficit_remains": 1} and c.leaves_evicted == 0
     for x in leaves[3]:
@@ -231,16 +234,116 @@ def test_no_logging_on_a_normal_load_back(caplog, monkeypatch):
     assert [r for r in caplog.records if r.name.startswith("sglang_overlay")] == []
 
 
+def test_an_eviction_that_frees_less_than_planned_refuses_with_one_warning(caplog, monkeypatch):
+    """The bug path (upstream changed what an eviction frees): the plan covered the deficit, the eviction
+    freed nothing; the load is refused (a cache miss), with one warning naming each lane, counted once."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)
+    deficit_tree(cache, short_lane=0)
+    monkeypatch.setattr(lb, "evict_planned", lambda cache, leaves: None)  # an eviction that frees nothing
+    with caplog.at_level(logging.WARNING, logger="sglang_overlay.patches.cp_hicache_owner_lanes"):
+        indices, last = load(cache, target)
+    assert len(indices) == 0 and last is cache.root_node
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("sglang_overlay")]
+    assert len(messages) == 1, messages
+    assert messages[0].startswith("owner-lane load-back: eviction for node ") and " freed less than planned: " in messages[0]
+    assert re.search(r"planned=\[1,0,0,0\] freed=\[0,0,0,0\] need=\[1,1,1,1\] free=\[0,2,2,2\] deficit=\[1,0,0,0\]$",
+                     messages[0]), messages[0]
+    c = counters_of(cache)
+    assert c.warnings == {"evicted_less_than_planned": 1} and c.pages_evicted_per_lane == [0, 0, 0, 0]
+    assert c.leaves_evicted == 1  # the planned leaf, counted as the plan's
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_evict_planned_passes_over_what_is_not_evictable_and_reports_the_tokens_it_freed(policy):
+    """A locked leaf first in the list is passed over, not the end of the list; the tokens evicted are
+    returned and handed to upstream's eviction metrics, once per call."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    cache = hc.build_cpu_hicache(4, 4, 8, write_policy=policy)
+    locked, one, two = leaf_chain(cache, 0), leaf_chain(cache, 1), leaf_chain(cache, 2, pages=2)
+    cache.inc_lock_ref(locked)
+    reported = []
+    cache.update_eviction_metrics = lambda num_evicted, start: reported.append(num_evicted)
+    evicted = evict_planned(cache, [locked, one, two])
+    hc.settle(cache)
+    assert evicted == len(one.key) + len(two.key) == 3 * cache.page_size
+    assert reported == [evicted]
+    assert not locked.evicted and locked.parent is not None
+    cache.dec_lock_ref(locked)
+
+
+@pytest.mark.parametrize("threshold, quota, loads", [(24, 36, True), (25, None, False), (0, 35, False)],
+                         ids=["at-both-bounds", "below-threshold", "over-quota"])
+def test_the_threshold_and_quota_gates_are_upstreams_and_release_the_resident_prefix(threshold, quota, loads):
+    """HiRadixCache.load_back's own gates, kept by the hook: at least ``load_back_threshold`` tokens, and
+    at most ``mem_quota`` plus the lock delta of the resident prefix (locking its 12 tokens: -12, so a
+    quota of 36 admits the 24 tokens and 35 does not); a refusal unlocks the prefix."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    toks = fresh(3 * 4) + fresh(6 * 4)
+    hc.prefill(cache, toks[:12])
+    hc.prefill(cache, toks)
+    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
+    evict_planned(cache, [suffix])
+    hc.settle(cache)
+    cache.load_back_threshold = threshold
+    indices = cache.load_back(suffix, quota)
+    assert (indices is not None) is loads
+    if loads:
+        assert len(indices) == len(suffix.key) == 24
+    else:
+        assert suffix.evicted and suffix.host_ref_counter == 0
+        assert prefix.lock_ref == 0 and cache.root_node.lock_ref == 1
+
+
+def test_an_allocation_that_fails_after_the_planned_eviction_refuses_with_one_warning(caplog, monkeypatch):
+    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+
+    cache = hc.build_cpu_hicache(4, 4, 6)
+    target = evicted_target(cache, 4)
+    deficit_tree(cache, short_lane=0)
+    monkeypatch.setattr(lb, "alloc_owner_classed", lambda allocator, metas, last_loc: None)
+    with caplog.at_level(logging.WARNING, logger="sglang_overlay.patches.cp_hicache_owner_lanes"):
+        indices, last = load(cache, target)
+    assert len(indices) == 0 and last is cache.root_node
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("sglang_overlay")]
+    assert len(messages) == 1, messages
+    assert re.fullmatch(r"owner-lane load-back: refused for node \d+, classes still short after the planned "
+                        r"eviction: need=\[1,1,1,1\] free=\[1,2,2,2\] deficit=\[1,0,0,0\]", messages[0]), messages[0]
+    assert counters_of(cache).warnings == {"evicted_less_than_planned": 1}
+
+
+class SteppingClock:
+    """``time`` for load_back.py: ``perf_counter()`` advances 4 ms per call, so a plan takes exactly 4 ms."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 0.004
+        return self.now
+
+
 def test_slow_plan_warning_threshold(caplog, monkeypatch):
+    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+
     monkeypatch.setenv("SGLANG_OVERLAY_OWNER_LANE_SLOW_PLAN_MS", "0")
     cache = hc.build_cpu_hicache(4, 4, 6)
     target = evicted_target(cache, 4)
     deficit_tree(cache, short_lane=0)
+    monkeypatch.setattr(lb, "time", SteppingClock())
     with caplog.at_level(logging.WARNING, logger="sglang_overlay.patches.cp_hicache_owner_lanes"):
         load(cache, target)
-    slow = [r for r in caplog.records if "planning for node" in r.getMessage()]
-    assert len(slow) == 1 and "need=[1,1,1,1]" in slow[0].getMessage()
+    slow = [r.getMessage() for r in caplog.records if "planning for node" in r.getMessage()]
+    assert len(slow) == 1, slow
+    assert slow[0].startswith("owner-lane load-back: planning for node ") and " took 4.00 ms (threshold 0.00 ms, " in slow[0]
+    assert re.search(r"leaves scanned\); need=\[1,1,1,1\] free=\[[0-9,]+\] deficit=\[[0-9,]+\]$", slow[0]), slow[0]
     assert counters_of(cache).warnings == {"slow_plan": 1}
+    assert counters_of(cache).last_plan_ms == pytest.approx(4.0)
 
 
 # --------------------------------------------------------------------------- metadata vs oracle
