@@ -317,6 +317,24 @@ def test_an_allocation_that_fails_after_the_planned_eviction_refuses_with_one_wa
     assert counters_of(cache).warnings == {"evicted_less_than_planned": 1}
 
 
+def test_the_walk_takes_the_oldest_unlocked_leaf_of_the_short_lane_and_stops_once_covered():
+    """LRU order: a locked lane-0 leaf, a lane-1 leaf, a lane-0 leaf, a newer lane-0 leaf. A deficit of
+    one lane-0 page takes the third: the locked leaf is not evictable (upstream keeps it out of the
+    evictable set the walk reads), the lane-1 leaf is scanned and passed over, and the walk stops as
+    soon as the deficit is covered (the newest is never scanned): exactly 2 leaves scanned."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, plan_owner_lane_eviction
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    locked, other, wanted, newest = (leaf_chain(cache, lane) for lane in (0, 1, 0, 0))
+    cache.inc_lock_ref(locked)
+    state = state_of(cache)
+    plan = plan_owner_lane_eviction(cache, [1, 0, 0, 0], [0, 5, 5, 5], state.index, 4)
+    finish_plan(plan)
+    assert plan.covered and plan.leaves == [wanted] and plan.pages_per_lane == [1, 0, 0, 0]
+    assert plan.scanned == 2, plan.scanned
+    cache.dec_lock_ref(locked)
+
+
 class SteppingClock:
     """``time`` for load_back.py: ``perf_counter()`` advances 4 ms per call, so a plan takes exactly 4 ms."""
 
