@@ -115,3 +115,17 @@ def test_counters_of_a_cache_the_patch_never_touched_is_none():
     assert counters_of(SimpleNamespace(_cp_owner_lanes=None)) is None
     state = SimpleNamespace(counters=OwnerLaneCounters(shard_size=2))
     assert counters_of(SimpleNamespace(_cp_owner_lanes=state)) is state.counters
+
+
+def test_plans_accumulate_and_a_plan_at_the_threshold_is_not_slow():
+    c = OwnerLaneCounters(shard_size=2)
+    with_deficit = SimpleNamespace(deficit=[1, 0], scanned=5)
+    without = SimpleNamespace(deficit=[0, 0], scanned=9)  # nothing to cover: not a plan, its scan not counted
+    assert c.record_plan(with_deficit, plan_ms=2.0, slow_ms=2.0) is False  # at the threshold: not slow
+    assert c.record_plan(with_deficit, plan_ms=1.0, slow_ms=2.0) is False
+    assert c.record_plan(without, plan_ms=3.0, slow_ms=2.0) is True  # slower than the threshold
+    assert (c.plans, c.leaves_scanned, c.last_plan_ms) == (2, 10, 3.0)
+    assert c.warnings == {WARN_SLOW_PLAN: 1}
+    c.record_outcome(False)
+    c.record_outcome(False)
+    assert (c.load_backs, c.refused) == (0, 2)

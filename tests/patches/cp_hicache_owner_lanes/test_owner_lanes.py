@@ -335,6 +335,39 @@ def test_the_walk_takes_the_oldest_unlocked_leaf_of_the_short_lane_and_stops_onc
     cache.dec_lock_ref(locked)
 
 
+def test_rotation_base_of_answers_from_metadata_only_for_a_stamped_node_of_a_page_interleaved_cache():
+    """Every other call is upstream's, with its own arguments: the root, an object that is no tree node,
+    and any node of a cache that is not page-interleaved."""
+    from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
+
+    from sglang_overlay.patches.cp_hicache_owner_lanes import hooks
+    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+
+    upstream = BasePrefixCache.rotation_base_of.__wrapped__
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    node = leaf_chain(cache, 2)
+    assert cache.rotation_base_of(node) == md.get(node).rotation_base == 2  # a chain from the root, first page in lane 2
+    assert cache.rotation_base_of(cache.root_node) == upstream(cache, cache.root_node)
+    seen = []
+
+    def original(self, n):
+        seen.append((self, n))
+        return "upstream's answer"
+
+    other = object()
+    assert hooks.rotation_base_of_hook(original, cache, other) == "upstream's answer"
+    assert hooks.rotation_base_of_hook(original, cache, cache.root_node) == "upstream's answer"
+    assert seen == [(cache, other), (cache, cache.root_node)]
+    plain = hc.build_cpu_hicache(1, 4, 8)  # one lane: not page-interleaved, the patch stays out
+    assert state_of(plain) is None
+    seen.clear()
+    assert hooks.rotation_base_of_hook(original, plain, node) == "upstream's answer" and seen == [(plain, node)]
+    # the load-back hook on a cache the patch stays out of: upstream's call, quota included
+    calls = []
+    assert lb.load_back_hook(lambda self, n, q: calls.append((self, n, q)) or "loaded", plain, node, 7) == "loaded"
+    assert calls == [(plain, node, 7)]
+
+
 class SteppingClock:
     """``time`` for load_back.py: ``perf_counter()`` advances 4 ms per call, so a plan takes exactly 4 ms."""
 
