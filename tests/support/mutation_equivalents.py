@@ -67,6 +67,28 @@ _NON_BLOCKING_ONLY = (
     "synchronous either way"
 )
 
+_HC = "sglang_overlay.patches.cp_hicache_owner_lanes"
+_HC_ALLOC = f"{_HC}.load_back.x_alloc_owner_classed"
+_HC_LOAD_BACK = f"{_HC}.load_back.x_owner_classed_load_back"
+
+_INVARIANT_MESSAGE = (
+    "the message of an internal-invariant assert (one path, one rotation, a backup on every evicted node): "
+    "it is only read when the invariant breaks, which no input through upstream's load_back reaches"
+)
+_INT64_DEFAULT = (
+    "torch.tensor of Python ints is int64 without a dtype: dtype=torch.int64 dropped or None is the same tensor"
+)
+_ROOT_LAST_LOC = (
+    "for a run from the root the prefix length is 0, and PageInterleavePoolAllocator.alloc_extend reads "
+    "last_loc only when debug_mode is on and the prefix length is > 0: its value is never read"
+)
+_NONE_IS_FALSE = "record_outcome(None): None is falsy, so it counts a refusal exactly as record_outcome(False)"
+_PROM_WITH_COLLECTOR = (
+    "_prom is reached only through _inc, which returns first when no collector is bound: the "
+    "'collector is not None' test in _prom is always true where it runs"
+)
+
+
 EQUIVALENT: dict[str, str] = {
     f"{_ABORT}.x__as_int__mutmut_2": _BYTES_DECODE,  # decode skipped: bytes handled as bytes
     f"{_ABORT}.x__as_int__mutmut_7": _BYTES_DECODE,  # decode("ascii") strict
@@ -97,4 +119,10 @@ EQUIVALENT: dict[str, str] = {
     f"{_MOE_DEVICE_TENSORS}__mutmut_25": _NON_BLOCKING_ONLY,  # index: non_blocking=False
     f"{_MOE_DEVICE_TENSORS}__mutmut_30": _NON_BLOCKING_ONLY,  # count: non_blocking omitted
     f"{_MOE_DEVICE_TENSORS}__mutmut_31": _NON_BLOCKING_ONLY,  # count: non_blocking=False
+    **{f"{_HC_ALLOC}__mutmut_{n}": _INVARIANT_MESSAGE for n in (7, 8, 10, 11)},
+    **{f"{_HC_LOAD_BACK}__mutmut_{n}": _INVARIANT_MESSAGE for n in (3, 4, 5)},
+    **{f"{_HC_ALLOC}__mutmut_{n}": _INT64_DEFAULT for n in (16, 18, 22, 24)},
+    **{f"{_HC_ALLOC}__mutmut_{n}": _ROOT_LAST_LOC for n in (28, 30, 32, 33)},
+    f"{_HC_LOAD_BACK}__mutmut_64": _NONE_IS_FALSE,
+    f"{_HC}.counters.x\u01c1OwnerLaneCounters\u01c1_prom__mutmut_3": _PROM_WITH_COLLECTOR,
 }

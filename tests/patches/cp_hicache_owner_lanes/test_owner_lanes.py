@@ -248,7 +248,8 @@ def test_an_eviction_that_frees_less_than_planned_refuses_with_one_warning(caplo
     assert len(indices) == 0 and last is cache.root_node
     messages = [r.getMessage() for r in caplog.records if r.name.startswith("sglang_overlay")]
     assert len(messages) == 1, messages
-    assert messages[0].startswith("owner-lane load-back: eviction for node ") and " freed less than planned: " in messages[0]
+    assert messages[0].startswith("owner-lane load-back: eviction for node ")
+    assert " freed less than planned: " in messages[0]
     assert re.search(r"planned=\[1,0,0,0\] freed=\[0,0,0,0\] need=\[1,1,1,1\] free=\[0,2,2,2\] deficit=\[1,0,0,0\]$",
                      messages[0]), messages[0]
     c = counters_of(cache)
@@ -346,7 +347,8 @@ def test_rotation_base_of_answers_from_metadata_only_for_a_stamped_node_of_a_pag
     upstream = BasePrefixCache.rotation_base_of.__wrapped__
     cache = hc.build_cpu_hicache(4, 4, 8)
     node = leaf_chain(cache, 2)
-    assert cache.rotation_base_of(node) == md.get(node).rotation_base == 2  # a chain from the root, first page in lane 2
+    # a chain from the root whose first page is in lane 2
+    assert cache.rotation_base_of(node) == md.get(node).rotation_base == 2
     assert cache.rotation_base_of(cache.root_node) == upstream(cache, cache.root_node)
     seen = []
 
@@ -366,6 +368,50 @@ def test_rotation_base_of_answers_from_metadata_only_for_a_stamped_node_of_a_pag
     calls = []
     assert lb.load_back_hook(lambda self, n, q: calls.append((self, n, q)) or "loaded", plain, node, 7) == "loaded"
     assert calls == [(plain, node, 7)]
+
+
+def test_a_cache_with_extra_host_pools_is_refused_loudly_and_its_locks_released():
+    """A hybrid controller (extra host pools: Mamba/SWA state) is outside what owner-classed load-back
+    moves: the load raises, naming what to change, and leaves no lock or host protection behind."""
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    toks = fresh(3 * 4) + fresh(6 * 4)
+    hc.prefill(cache, toks[:12])
+    hc.prefill(cache, toks)
+    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    evict_planned(cache, [suffix])
+    hc.settle(cache)
+    cache._get_extra_pools = lambda: [object()]
+    with pytest.raises(RuntimeError) as raised:
+        cache.load_back(suffix, None)
+    assert str(raised.value) == (
+        "cp-hicache-owner-lanes: owner-classed load-back supports the KV pool only; this cache has extra host "
+        "pools (hybrid controller). Disable the patch (SGLANG_OVERLAY_DISABLE=cp-hicache-owner-lanes) or the "
+        "page-interleaved allocator.")
+    assert prefix.lock_ref == 0 and suffix.host_ref_counter == 0 and suffix.evicted
+
+
+def test_an_unstamped_evicted_node_continues_its_parents_chain_when_loaded_back():
+    """A node the patch never stamped (created before it took, or by a path without a rotation base):
+    its metadata is derived by continuing the resident parent's chain, and the load-back lands congruent."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    toks = fresh(2 * 4) + fresh(3 * 4)
+    hc.prefill(cache, toks[:8])
+    hc.prefill(cache, toks)
+    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
+    evict_planned(cache, [suffix])
+    hc.settle(cache)
+    stamped = md.get(suffix)
+    md.put(suffix, None)
+    indices, _ = load(cache, toks)
+    assert len(indices) == 3 * 4
+    derived = md.get(suffix)
+    assert derived.start_page == 2 and derived.num_pages == 3 and derived.first_owner == md.get(prefix).next_owner
+    assert derived.rotation_base == stamped.rotation_base == md.get(prefix).rotation_base
+    assert_chain_congruent(cache, toks)
 
 
 class SteppingClock:
@@ -391,7 +437,8 @@ def test_slow_plan_warning_threshold(caplog, monkeypatch):
         load(cache, target)
     slow = [r.getMessage() for r in caplog.records if "planning for node" in r.getMessage()]
     assert len(slow) == 1, slow
-    assert slow[0].startswith("owner-lane load-back: planning for node ") and " took 4.00 ms (threshold 0.00 ms, " in slow[0]
+    assert slow[0].startswith("owner-lane load-back: planning for node ")
+    assert " took 4.00 ms (threshold 0.00 ms, " in slow[0]
     assert re.search(r"leaves scanned\); need=\[1,1,1,1\] free=\[[0-9,]+\] deficit=\[[0-9,]+\]$", slow[0]), slow[0]
     assert counters_of(cache).warnings == {"slow_plan": 1}
     assert counters_of(cache).last_plan_ms == pytest.approx(4.0)
