@@ -82,6 +82,10 @@ _ROOT_LAST_LOC = (
     "for a run from the root the prefix length is 0, and PageInterleavePoolAllocator.alloc_extend reads "
     "last_loc only when debug_mode is on and the prefix length is > 0: its value is never read"
 )
+_WHOLE_PAGES = (
+    "node keys in a paged radix tree are whole pages, so len(key) / page_size is an integral float; the "
+    "metadata arithmetic it feeds (sums, modulo, comparisons) gives the same values as with //"
+)
 _NONE_IS_FALSE = "record_outcome(None): None is falsy, so it counts a refusal exactly as record_outcome(False)"
 _PROM_WITH_COLLECTOR = (
     "_prom is reached only through _inc, which returns first when no collector is bound: the "
@@ -124,5 +128,6 @@ EQUIVALENT: dict[str, str] = {
     **{f"{_HC_ALLOC}__mutmut_{n}": _INT64_DEFAULT for n in (16, 18, 22, 24)},
     **{f"{_HC_ALLOC}__mutmut_{n}": _ROOT_LAST_LOC for n in (28, 30, 32, 33)},
     f"{_HC_LOAD_BACK}__mutmut_64": _NONE_IS_FALSE,
+    f"{_HC}.state.x_node_pages__mutmut_1": _WHOLE_PAGES,
     f"{_HC}.counters.x\u01c1OwnerLaneCounters\u01c1_prom__mutmut_3": _PROM_WITH_COLLECTOR,
 }
