@@ -414,6 +414,31 @@ def test_an_unstamped_evicted_node_continues_its_parents_chain_when_loaded_back(
     assert_chain_congruent(cache, toks)
 
 
+def test_a_plan_reads_the_same_with_or_without_the_index_and_leaves_the_index_whole():
+    """A refused plan, then the same plan three ways (the index, the index again, a full scan): one answer,
+    and the inputs are kept as given. The refusal and each plan hand every popped leaf back to the index."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, plan_owner_lane_eviction
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    leaves = [leaf_chain(cache, lane) for lane in (1, 0, 2, 0, 3)]  # LRU order
+    state = state_of(cache)
+    free = [0, 0, 5, 5]
+
+    def plan(need, index):
+        p = plan_owner_lane_eviction(cache, need, free, index, 4)
+        finish_plan(p)
+        return p
+
+    refused = plan([9, 0, 0, 0], state.index)
+    assert not refused.covered and refused.need == [9, 0, 0, 0] and refused.free == free
+    assert refused.remaining == [7, 0, 0, 0]  # both lane-0 leaves taken, still short
+    plans = [plan([2, 1, 0, 0], state.index), plan([2, 1, 0, 0], state.index), plan([2, 1, 0, 0], None)]
+    for p in plans:
+        assert p.covered and p.need == [2, 1, 0, 0] and p.free == free
+        assert p.leaves == [leaves[0], leaves[1], leaves[3]] and p.pages_per_lane == [2, 1, 0, 0]
+    assert sorted(map(id, state.index.ordered([]))) == sorted(map(id, leaves))  # every leaf still indexed
+
+
 class SteppingClock:
     """``time`` for load_back.py: ``perf_counter()`` advances 4 ms per call, so a plan takes exactly 4 ms."""
 
