@@ -86,6 +86,14 @@ _WHOLE_PAGES = (
     "node keys in a paged radix tree are whole pages, so len(key) / page_size is an integral float; the "
     "metadata arithmetic it feeds (sums, modulo, comparisons) gives the same values as with //"
 )
+_PRUNE_GUARD = (
+    "_prune drops a node only when every lane stays covered without it: on an uncovered plan the short "
+    "lane never is, and the one node of a single-node plan was taken because a short lane needed it"
+)
+_FINISH_GUARD = (
+    "a plan without an index never pops (popped is filled only through index.ordered), and restoring an "
+    "empty popped list is a no-op: 'and' for 'or' in finish_plan's early return changes nothing"
+)
 _NONE_IS_FALSE = "record_outcome(None): None is falsy, so it counts a refusal exactly as record_outcome(False)"
 _PROM_WITH_COLLECTOR = (
     "_prom is reached only through _inc, which returns first when no collector is bound: the "
@@ -129,5 +137,8 @@ EQUIVALENT: dict[str, str] = {
     **{f"{_HC_ALLOC}__mutmut_{n}": _ROOT_LAST_LOC for n in (28, 30, 32, 33)},
     f"{_HC_LOAD_BACK}__mutmut_64": _NONE_IS_FALSE,
     f"{_HC}.state.x_node_pages__mutmut_1": _WHOLE_PAGES,
+    f"{_HC}.planner.x_plan_owner_lane_eviction__mutmut_53": _PRUNE_GUARD,  # covered or several leaves
+    f"{_HC}.planner.x_plan_owner_lane_eviction__mutmut_54": _PRUNE_GUARD,  # covered and at least one leaf
+    f"{_HC}.planner.x_finish_plan__mutmut_1": _FINISH_GUARD,
     f"{_HC}.counters.x\u01c1OwnerLaneCounters\u01c1_prom__mutmut_3": _PROM_WITH_COLLECTOR,
 }

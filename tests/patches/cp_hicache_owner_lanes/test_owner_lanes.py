@@ -439,6 +439,23 @@ def test_a_plan_reads_the_same_with_or_without_the_index_and_leaves_the_index_wh
     assert sorted(map(id, state.index.ordered([]))) == sorted(map(id, leaves))  # every leaf still indexed
 
 
+def test_a_walk_that_raises_hands_the_popped_leaves_back_to_the_index(monkeypatch):
+    from sglang_overlay.patches.cp_hicache_owner_lanes import planner
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    leaves = [leaf_chain(cache, lane) for lane in (1, 0, 2)]
+    state = state_of(cache)
+
+    def failing_walk(cache, plan, stream, shard_size):
+        next(stream), next(stream)  # two leaves popped from the index
+        raise RuntimeError("walk failed")
+
+    monkeypatch.setattr(planner, "_walk", failing_walk)
+    with pytest.raises(RuntimeError, match="walk failed"):
+        planner.plan_owner_lane_eviction(cache, [1, 1, 0, 0], [0, 0, 5, 5], state.index, 4)
+    assert [id(x) for x in state.index.ordered([])] == [id(x) for x in leaves]  # whole, in LRU order
+
+
 class SteppingClock:
     """``time`` for load_back.py: ``perf_counter()`` advances 4 ms per call, so a plan takes exactly 4 ms."""
 
