@@ -40,27 +40,11 @@ import pytest
 
 from tests.conftest import subprocess_env
 from tests.support.checkout import changed, copy_checkout
+from tests.support.proc import HOOK_REPORT, hook_report
 
 pytestmark = pytest.mark.ci_slow
 
 APPENDED = "_sglang_overlay_rebase_walk = None"  # the "upstream change": one statement at the end of a body
-HOOKED = """
-import importlib, json
-from sglang.srt.plugins import load_plugins
-load_plugins()
-from sglang_overlay.core import lockfile
-from sglang_overlay.core.hooking import status
-lock = lockfile.read_lock()
-wrapped = {}
-for path, entry in lock["targets"].items():
-    owner = importlib.import_module(entry["module"])
-    for part in entry["qualname"].split("."):
-        owner = getattr(owner, part)
-    wrapped[path] = hasattr(owner, "__wrapped__")
-print("REPORT" + json.dumps({"lock": str(lockfile.lock_path()), "wrapped": wrapped, "status": status()}))
-"""
-
-
 def _record_line(name: str, data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"{name},sha256={digest},{len(data)}"
@@ -192,9 +176,7 @@ def test_steps3_to_6_lock_series_check_hook(copy, release):
     rows = json.loads(check.stdout)["targets"]
     assert rows and {r["fingerprint"] for r in rows} == {"match"}
 
-    hooked = overlay(copy, site=site, code=HOOKED)
-    assert hooked.returncode == 0, hooked.stderr[-3000:]
-    report = json.loads([x for x in hooked.stdout.splitlines() if x.startswith("REPORT")][-1][len("REPORT"):])
+    report = hook_report(overlay(copy, site=site, code=HOOK_REPORT))
     assert report["lock"] == str(pin / lockfile.LOCK_NAME)
     assert report["wrapped"] and all(report["wrapped"].values()), report["wrapped"]
     applied = {p for paths in report["status"]["applied"].values() for p in paths}

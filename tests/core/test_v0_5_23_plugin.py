@@ -10,34 +10,11 @@ from __future__ import annotations
 
 import json
 
-from tests.support.proc import run_python
-
-APPLY = """
-import importlib, json
-from sglang.srt.plugins import load_plugins
-load_plugins()
-from sglang_overlay.core import lockfile
-from sglang_overlay.core.hooking import status
-lock = lockfile.read_lock()
-wrapped = {}
-for path, entry in lock["targets"].items():
-    owner = importlib.import_module(entry["module"])
-    for part in entry["qualname"].split("."):
-        owner = getattr(owner, part)
-    wrapped[path] = hasattr(owner, "__wrapped__")
-print("REPORT" + json.dumps({"lock": str(lockfile.lock_path()), "pin": lock["upstream"]["version"],
-                             "wrapped": wrapped, "status": status()}))
-"""
-
-
-def _report(proc) -> dict:
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT")][-1]
-    return json.loads(line[len("REPORT"):])
+from tests.support.proc import HOOK_REPORT, hook_report, run_python
 
 
 def test_every_0_5_23_target_is_hooked_through_load_plugins():
-    report = _report(run_python(APPLY, timeout=300))
+    report = hook_report(run_python(HOOK_REPORT, timeout=300))
     assert report["pin"] == "0.5.23" and report["lock"].endswith("patches/pins/0.5.23/upstream.lock")
     assert report["wrapped"] and all(report["wrapped"].values()), report["wrapped"]
     applied = {path for paths in report["status"]["applied"].values() for path in paths}
@@ -54,6 +31,6 @@ def test_a_drifted_fingerprint_refuses_start_up(tmp_path):
     data["targets"][target]["fingerprint"] = "sha256:" + "0" * 64
     lock = tmp_path / "upstream.lock"
     lock.write_text(json.dumps(data))
-    proc = run_python(APPLY, timeout=300, SGLANG_OVERLAY_LOCK=str(lock))
+    proc = run_python(HOOK_REPORT, timeout=300, SGLANG_OVERLAY_LOCK=str(lock))
     assert proc.returncode != 0
     assert "UnifiedRadixCache._load_back_transfers" in proc.stderr and "cp-hicache-owner-lanes" in proc.stderr

@@ -30,3 +30,32 @@ def run_cli(*args: str, timeout: float = 180, **env: str) -> subprocess.Complete
     return subprocess.run(
         [str(exe), *args], cwd=REPO, env=subprocess_env(**env), capture_output=True, text=True, timeout=timeout
     )
+
+
+# load_plugins(), then every target of the installed pin's lock resolved: is it wrapped, and what the
+# overlay's hooking status says; one "REPORT<json>" line (read it with hook_report)
+HOOK_REPORT = """
+import importlib, json
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang_overlay.core import lockfile
+from sglang_overlay.core.hooking import status
+lock = lockfile.read_lock()
+wrapped = {}
+for path, entry in lock["targets"].items():
+    owner = importlib.import_module(entry["module"])
+    for part in entry["qualname"].split("."):
+        owner = getattr(owner, part)
+    wrapped[path] = hasattr(owner, "__wrapped__")
+print("REPORT" + json.dumps({"lock": str(lockfile.lock_path()), "pin": lock["upstream"]["version"],
+                             "wrapped": wrapped, "status": status()}))
+"""
+
+
+def hook_report(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON of HOOK_REPORT's last REPORT line (the process must have succeeded)."""
+    import json
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT")][-1]
+    return json.loads(line[len("REPORT"):])

@@ -63,6 +63,21 @@ def evicted_target(cache, pages):
     return toks
 
 
+def evicted_suffix(cache, prefix_pages, suffix_pages):
+    """A chain of a resident ``prefix_pages``-page node and a ``suffix_pages``-page child evicted to host;
+    returns (tokens, prefix node, suffix node)."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    ps = cache.page_size
+    toks = fresh(prefix_pages * ps) + fresh(suffix_pages * ps)
+    hc.prefill(cache, toks[: prefix_pages * ps])
+    hc.prefill(cache, toks)
+    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
+    evict_planned(cache, [suffix])
+    hc.settle(cache)
+    return toks, prefix, suffix
+
+
 def deficit_tree(cache, short_lane, spare=2, short_last=False):
     """Fill the pool with one-page leaves until `short_lane` has no free page and
     every other lane keeps `spare` free pages. Lanes interleave in LRU order, or
@@ -282,15 +297,8 @@ def test_the_threshold_and_quota_gates_are_upstreams_and_release_the_resident_pr
     """HiRadixCache.load_back's own gates, kept by the hook: at least ``load_back_threshold`` tokens, and
     at most ``mem_quota`` plus the lock delta of the resident prefix (locking its 12 tokens: -12, so a
     quota of 36 admits the 24 tokens and 35 does not); a refusal unlocks the prefix."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
-
     cache = hc.build_cpu_hicache(4, 4, 8)
-    toks = fresh(3 * 4) + fresh(6 * 4)
-    hc.prefill(cache, toks[:12])
-    hc.prefill(cache, toks)
-    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
-    evict_planned(cache, [suffix])
-    hc.settle(cache)
+    _, prefix, suffix = evicted_suffix(cache, 3, 6)
     cache.load_back_threshold = threshold
     indices = cache.load_back(suffix, quota)
     assert (indices is not None) is loads
@@ -374,14 +382,7 @@ def test_a_cache_with_extra_host_pools_is_refused_loudly_and_its_locks_released(
     """A hybrid controller (extra host pools: Mamba/SWA state) is outside what owner-classed load-back
     moves: the load raises, naming what to change, and leaves no lock or host protection behind."""
     cache = hc.build_cpu_hicache(4, 4, 8)
-    toks = fresh(3 * 4) + fresh(6 * 4)
-    hc.prefill(cache, toks[:12])
-    hc.prefill(cache, toks)
-    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
-
-    evict_planned(cache, [suffix])
-    hc.settle(cache)
+    _, prefix, suffix = evicted_suffix(cache, 3, 6)
     cache._get_extra_pools = lambda: [object()]
     with pytest.raises(RuntimeError) as raised:
         cache.load_back(suffix, None)
@@ -395,15 +396,8 @@ def test_a_cache_with_extra_host_pools_is_refused_loudly_and_its_locks_released(
 def test_an_unstamped_evicted_node_continues_its_parents_chain_when_loaded_back():
     """A node the patch never stamped (created before it took, or by a path without a rotation base):
     its metadata is derived by continuing the resident parent's chain, and the load-back lands congruent."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
-
     cache = hc.build_cpu_hicache(4, 4, 8)
-    toks = fresh(2 * 4) + fresh(3 * 4)
-    hc.prefill(cache, toks[:8])
-    hc.prefill(cache, toks)
-    prefix, suffix = [x for x, _ in hc.path_nodes(cache, toks)]
-    evict_planned(cache, [suffix])
-    hc.settle(cache)
+    toks, prefix, suffix = evicted_suffix(cache, 2, 3)
     stamped = md.get(suffix)
     md.put(suffix, None)
     indices, _ = load(cache, toks)
