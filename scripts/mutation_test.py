@@ -86,7 +86,7 @@ COPY = ("sglang_overlay", "tests", "patches", "scripts", "pyproject.toml")
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
 
 
-def setup_cfg(target: Target) -> str:
+def setup_cfg(target: Target, limits: tuple = (120.0, 15.0)) -> str:
     def lines(key: str, values) -> str:
         return f"{key} =\n" + "".join(f"    {v}\n" for v in values)
 
@@ -98,14 +98,16 @@ def setup_cfg(target: Target) -> str:
         + lines("pytest_add_cli_args", ["-p", "no:cacheprovider"] + (["-k", target.deselect] if target.deselect else []))
         + lines("also_copy", ["patches/", "scripts/"])
         + "process_isolation = forkserver\n"
-        # mutmut's CPU limit per mutant is 15 x the tests' call time + this constant; each forked
-        # run also sets its fixtures up (sglang import, model construction), seconds of CPU
-        + "timeout_constant = 120\n"
+        # mutmut's CPU limit per mutant is (the tests' call time + timeout_constant) x timeout_multiplier x 2;
+        # each forked run also sets its fixtures up (sglang import, model construction), seconds of CPU.
+        # mutmut tests the slowest mutants last, where a mutant that loops spends the whole limit.
+        + f"timeout_constant = {limits[0]:g}\n"
+        + f"timeout_multiplier = {limits[1]:g}\n"
         + "use_git_change_detection = false\n"
     )
 
 
-def prepare(workdir: Path, target: Target, fresh: bool) -> None:
+def prepare(workdir: Path, target: Target, fresh: bool, limits: tuple = (120.0, 15.0)) -> None:
     """A copy of the checkout's sources and tests, with the [mutmut] config (never the real tree)."""
     if fresh and workdir.exists():
         shutil.rmtree(workdir)
@@ -119,7 +121,7 @@ def prepare(workdir: Path, target: Target, fresh: bool) -> None:
             shutil.copytree(src, dst, ignore=ignore)
         else:
             shutil.copy2(src, dst)
-    (workdir / "setup.cfg").write_text(setup_cfg(target))
+    (workdir / "setup.cfg").write_text(setup_cfg(target, limits))
 
 
 def child_env() -> dict:
@@ -187,7 +189,7 @@ def run_patch(name: str, args) -> list[dict]:
     target = TARGETS[name]
     workdir = args.workdir / name
     earlier = {m: s for module in target.modules for m, s in statuses(workdir, module).items()} if args.resume else {}
-    prepare(workdir, target, fresh=not args.resume)
+    prepare(workdir, target, fresh=not args.resume, limits=(args.timeout_constant, args.timeout_multiplier))
     t0 = time.monotonic()
     run_mutmut(workdir, name, ["run", "--max-children", str(args.max_children)], args.timeout)
     # --resume keeps mutmut's verdicts of unchanged functions: give the earlier survivors the new tests
@@ -227,6 +229,11 @@ def main(argv=None) -> int:
     ap.add_argument("--subprocess-fallback", action="store_true",
                     help="run the patch's subprocess tests for each mutant mutmut found no in-process test for")
     ap.add_argument("--fallback-timeout", type=float, default=300)
+    ap.add_argument("--timeout-constant", type=float, default=120.0,
+                    help="mutmut's timeout_constant, seconds added to a mutant's test time (default 120)")
+    ap.add_argument("--timeout-multiplier", type=float, default=15.0,
+                    help="mutmut's timeout_multiplier (default 15): a mutant's CPU limit is "
+                         "(test time + constant) x multiplier x 2; a mutant over it counts as killed (timeout)")
     ap.add_argument("--resume", action="store_true",
                     help="keep mutmut's earlier results in the work folder (changed functions and earlier survivors "
                          "are tested again, with the current tests)")

@@ -5,8 +5,9 @@ must be inert on a pool that is not page-interleaved).
 
 Per pin, in the scheduler that owns the cache (``sglang-overlay status``): on 0.5.20 the server builds
 ``UnifiedRadixCache`` with HiCache attached, not ``HiRadixCache``, so the owner-lanes hooks on
-``hiradix_cache`` stay pending; on 0.5.23 the patch's one target, ``UnifiedRadixCache._load_back_transfers``,
-is hooked and passes through (the pool is not page-interleaved without ``--enable-kv-cache-sharding``)."""
+``hiradix_cache`` stay pending; on 0.5.23 the patch's two targets, ``UnifiedRadixCache._load_back_transfers``
+and the allocators' ``evict_to_free_tokens`` (prefill/decode capacity), are hooked and pass through (the pool
+is not page-interleaved without ``--enable-kv-cache-sharding``), so the outputs equal upstream's."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from tests.support.real_server.server import run_status
 pytestmark = pytest.mark.e2e
 
 CACHED = re.compile(r"#cached-token: (\d+)")
-LOAD_BACK_0_5_23 = "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._load_back_transfers"
+HOOKS_0_5_23 = ["sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._load_back_transfers",
+                "sglang.srt.mem_cache.allocator.base.BaseTokenToKVPoolAllocator.evict_to_free_tokens"]
 
 
 def prompts() -> list[str]:
@@ -91,6 +93,6 @@ def test_the_scheduler_owning_the_cache_holds_the_pins_owner_lane_hooks(outputs,
     assert len(schedulers) == 1, schedulers
     scheduler = schedulers[0]
     if Version(importlib.metadata.version("sglang")) >= Version("0.5.23"):
-        assert scheduler["applied"].get("cp-hicache-owner-lanes") == [LOAD_BACK_0_5_23], scheduler
+        assert sorted(scheduler["applied"].get("cp-hicache-owner-lanes", [])) == sorted(HOOKS_0_5_23), scheduler
     else:
         assert "sglang.srt.mem_cache.hiradix_cache" in scheduler["pending_modules"], scheduler

@@ -12,12 +12,14 @@ sglang laid out as an upstream checkout, the series applied by
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from contextlib import contextmanager
 from pathlib import Path
 
 from sglang_overlay.core import source_form
@@ -39,6 +41,30 @@ def current_form() -> str:
     if form not in ("runtime", "source"):
         raise ValueError(f"{FORM_ENV}={form!r}: expected 'runtime' or 'source'")
     return form
+
+
+@contextmanager
+def around_in_runtime_form(owner: type, attribute: str, hook, patch_id: str):
+    """Install ``hook`` AROUND ``owner.attribute`` the way SGLang's HookRegistry does
+    (``hook(original, self, *args, **kwargs)``, ``__wrapped__`` set) for the block, then put the original
+    back. Nothing when ``patch_id`` is disabled (``SGLANG_OVERLAY_DISABLE``: the failing-first runs) or in
+    the source form, whose patched sources carry the hook already."""
+    from sglang_overlay.core import settings
+
+    original = owner.__dict__[attribute]
+    if patch_id in settings.disabled_patch_ids() or current_form() == "source":
+        yield
+        return
+
+    @functools.wraps(original)
+    def around(self, *args, **kwargs):
+        return hook(original, self, *args, **kwargs)
+
+    setattr(owner, attribute, around)
+    try:
+        yield
+    finally:
+        setattr(owner, attribute, original)
 
 
 def source_form_skip_reason(nodeid: str) -> str | None:

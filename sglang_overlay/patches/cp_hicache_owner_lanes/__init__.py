@@ -3,7 +3,8 @@
 This folder owns the patch: the declaration below, its settings (``settings.py``) and its
 implementation (``hooks.py``: metadata stamping on insert/split/cache_*_req; ``load_back.py``:
 the load-back hook; ``planner.py``: owner-lane eviction planning; ``metadata.py``, ``state.py``,
-``counters.py``; ``v0_5_23.py``: the sglang 0.5.23 load-back hook over the same planner).
+``counters.py``; ``v0_5_23.py``: the sglang 0.5.23 load-back hook over the same planner; ``v0_5_23_capacity.py``:
+its prefill/decode capacity eviction per owner lane).
 Description and exit condition: ``patches/cp-hicache-owner-lanes.md``.
 """
 
@@ -38,6 +39,9 @@ PATCH = Patch(
         # 0.5.23: upstream keeps the rotation bases (no metadata hooks); the plan replaces the load-back gate
         Target("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._load_back_transfers",
                f"{_PKG}.v0_5_23:load_back_transfers_hook", "AROUND", upstream=">=0.5.23"),
+        # 0.5.23: prefill/decode capacity eviction (the min-lane floor) filled per owner lane
+        Target("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.evict_to_free_tokens",
+               f"{_PKG}.v0_5_23_capacity:evict_to_free_tokens_hook", "AROUND", upstream=">=0.5.23"),
     ),
     knobs=(SLOW_PLAN_MS,),
 )

@@ -28,6 +28,8 @@ class OwnerLaneCounters:
     load_backs: int = 0  # load-backs served through the owner-classed path
     refused: int = 0  # load-backs refused because a deficit could not be covered
     plans: int = 0  # plans that had at least one deficit
+    capacity_plans: int = 0  # 0.5.23 prefill/decode capacity evictions executed per owner lane
+    capacity_fallbacks: int = 0  # 0.5.23 capacity deficits the planner could not cover: upstream's eviction ran
     leaves_scanned: int = 0
     leaves_evicted: int = 0
     pages_evicted_per_lane: List[int] = field(default_factory=list)
@@ -108,11 +110,27 @@ class OwnerLaneCounters:
             1,
         )
 
+    def record_capacity(self, planned: bool) -> None:
+        """One 0.5.23 capacity deficit: evicted per owner lane (``planned``) or handed to upstream."""
+        if planned:
+            self.capacity_plans += 1
+        else:
+            self.capacity_fallbacks += 1
+        self._inc(
+            "sglang:cp_owner_lane_capacity_evictions_total",
+            "Prefill/decode capacity deficits under page-owner residency, by who chose the victims.",
+            "by",
+            "owner_lanes" if planned else "upstream",
+            1,
+        )
+
     def as_dict(self) -> dict:
         return {
             "load_backs": self.load_backs,
             "refused": self.refused,
             "plans": self.plans,
+            "capacity_plans": self.capacity_plans,
+            "capacity_fallbacks": self.capacity_fallbacks,
             "leaves_scanned": self.leaves_scanned,
             "leaves_evicted": self.leaves_evicted,
             "pages_evicted_per_lane": list(self.pages_evicted_per_lane),

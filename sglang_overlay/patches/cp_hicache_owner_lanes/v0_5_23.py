@@ -339,12 +339,20 @@ def plan_load_back(cache, state: LaneState, node_id, free: Optional[Sequence[int
     tokens, need = lane_need(tree, evicted_segment(cache.tree_core, node_id))
     if free is None:
         free = state.allocator.class_free_page_counts()
+    return tokens, need, free, plan_lanes(cache, state, need, free, tree)
+
+
+def plan_lanes(cache, state: LaneState, need: Sequence[int], free: Sequence[int],
+               tree: Optional[TreeView] = None):
+    """The owner-lane plan covering ``need - free`` per lane on ``cache`` (pure CPU, nothing evicted)."""
+    if tree is None:
+        tree = TreeView(cache.tree_core, state.priority, state.shard_size, state.page_size)
     index = state.leaf_index(cache.tree_core)
     plan = plan_owner_lane_eviction(
         tree, need, free, None if index is None else _ViewIndex(index, tree), state.shard_size
     )
     finish_plan(plan)
-    return tokens, need, free, plan
+    return plan
 
 
 def evict_planned(cache, nodes: Sequence) -> int:
@@ -374,7 +382,7 @@ def evict_planned(cache, nodes: Sequence) -> int:
     return tracker[_full()]
 
 
-def _lane_report(**lanes) -> str:
+def lane_report(**lanes) -> str:
     """``need=[0,1,1,1] free=[0,4,4,4]``: per-lane vectors for one log line."""
     return " ".join(f"{name}=[{','.join(map(str, values))}]" for name, values in lanes.items())
 
@@ -442,7 +450,7 @@ class LaneGate:
         if not plan.covered:
             state.counters.record_warning(ctr.WARN_REFUSED)
             logger.debug("owner-lane load-back: node %d refused, nothing evicted; %s", self.node_id,
-                         _lane_report(need=need, free=free, uncovered=plan.remaining))
+                         lane_report(need=need, free=free, uncovered=plan.remaining))
             return 0
         if not plan.leaves:
             return tokens
@@ -455,7 +463,7 @@ class LaneGate:
             state.counters.record_warning(ctr.WARN_SHORT_EVICTION)
             logger.warning("owner-lane load-back: node %d, the planned eviction freed less than planned%s; %s",
                            self.node_id, " (load refused)" if still_short else "",
-                           _lane_report(planned=plan.pages_per_lane, freed=freed, need=need, free=after))
+                           lane_report(planned=plan.pages_per_lane, freed=freed, need=need, free=after))
         return 0 if still_short else tokens
 
     def _count_plan(self, plan, need, free, plan_ms: float) -> None:
@@ -463,7 +471,7 @@ class LaneGate:
         if self.state.counters.record_plan(plan, plan_ms, limit):
             logger.warning("owner-lane load-back: node %d, planning took %.2f ms > %.2f ms (%d nodes scanned); %s",
                            self.node_id, plan_ms, limit, plan.scanned,
-                           _lane_report(need=need, free=free, deficit=plan.deficit))
+                           lane_report(need=need, free=free, deficit=plan.deficit))
 
     def account(self, loaded: bool) -> None:
         """Count the outcome of a call the gate decided (upstream may refuse before the gate)."""
@@ -473,4 +481,4 @@ class LaneGate:
         if self.admitted and not loaded:
             self.state.counters.record_warning(ctr.WARN_SHORT_EVICTION)
             logger.warning("owner-lane load-back: node %d admitted per lane but upstream's load failed; %s",
-                           self.node_id, _lane_report(free=self.state.allocator.class_free_page_counts()))
+                           self.node_id, lane_report(free=self.state.allocator.class_free_page_counts()))

@@ -11,42 +11,26 @@ failing-first evidence is produced (the upstream halves still pass, the patched 
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sglang_overlay.core import settings as overlay_settings
 from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23 as v23
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
-from tests.support.series_forms import current_form
-
-HOOKED = "cp-hicache-owner-lanes" not in overlay_settings.disabled_patch_ids()
+from tests.support.series_forms import around_in_runtime_form
 
 
 @pytest.fixture(scope="module", autouse=True)
 def hook():
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    original = UnifiedRadixCache.__dict__["_load_back_transfers"]
-    if not HOOKED or current_form() == "source":  # the source form's sources carry the hook already
+    with around_in_runtime_form(UnifiedRadixCache, "_load_back_transfers", v23.load_back_transfers_hook,
+                                "cp-hicache-owner-lanes"):
         yield
-        return
-
-    @functools.wraps(original)
-    def around(self, *args, **kwargs):
-        return v23.load_back_transfers_hook(original, self, *args, **kwargs)
-
-    UnifiedRadixCache._load_back_transfers = around
-    try:
-        yield
-    finally:
-        UnifiedRadixCache._load_back_transfers = original
 
 
 def class_counts(start, pages, n):
