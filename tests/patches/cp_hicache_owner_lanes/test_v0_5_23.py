@@ -317,8 +317,9 @@ def test_inert_without_interleaved_allocator():
 
 
 class LoadBackMachine(RuleBasedStateMachine):
-    """Random chains, extensions, held pages, demotions, LRU evictions and load-backs;
-    every load-back is checked against brute-force oracles read from the device indices."""
+    """Random chains, extensions, held pages, demotions, LRU evictions, load-backs and prefill/decode
+    capacity evictions (the 0.5.23 capacity hook over upstream's function); every load-back and capacity
+    call is checked against brute-force oracles read from the device indices."""
 
     @initialize(
         n=st.sampled_from([2, 4]),
@@ -428,6 +429,41 @@ class LoadBackMachine(RuleBasedStateMachine):
             assert not evicted
         gone = set(evicted)
         for x in evicted:  # every evicted node is, or hangs under, an evicted unit holding a short lane
+            y = x
+            while y in gone and not any(c and deficit[lane] for lane, c in enumerate(before[y])):
+                y = y.parent
+            assert y in gone, f"evicted node {x.id} frees no short lane {deficit} (lanes {before[x]})"
+
+    @rule(pages=st.integers(1, 3))
+    def capacity(self, pages):
+        """``evict_to_free_tokens`` for ``pages`` per lane: admitted exactly when the device nodes could
+        cover every lane's deficit; nothing evicted without a deficit; every evicted node is, or hangs
+        under, an evicted unit holding a page of a short lane."""
+        from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
+
+        from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23_capacity as cap
+
+        h = self.h
+        upstream = BaseTokenToKVPoolAllocator.__dict__["evict_to_free_tokens"]
+        upstream = getattr(upstream, "__wrapped__", upstream)
+        num_tokens = pages * h.n * h.ps
+        deficit = [max(0, pages - f) for f in h.alloc.class_free_page_counts()]
+        before = {x: h.lanes_of(x.component_data[0].value) for x in h.device_nodes()}
+        supply = [sum(lanes[c] for lanes in before.values()) for c in range(h.n)]
+        coverable = all(d <= s for d, s in zip(deficit, supply))
+        cap.evict_to_free_tokens_hook(upstream, h.alloc, h.cache, num_tokens)
+        h.settle()
+        admitted = h.alloc.available_size() >= num_tokens
+        evicted = [x for x in before if x not in set(h.device_nodes())]
+        event(f"{h.cc.write_policy} capacity: {'admitted' if admitted else 'short'}, "
+              f"deficit={'yes' if any(deficit) else 'no'}, evicted={'yes' if evicted else 'no'}")
+        assert admitted == coverable, (deficit, supply)
+        if not any(deficit):
+            assert not evicted
+        if not coverable:
+            return  # upstream's own eviction ran (the plan cannot cover): upstream's victims
+        gone = set(evicted)
+        for x in evicted:
             y = x
             while y in gone and not any(c and deficit[lane] for lane, c in enumerate(before[y])):
                 y = y.parent
