@@ -71,6 +71,43 @@ _HC = "sglang_overlay.patches.cp_hicache_owner_lanes"
 _HC_ALLOC = f"{_HC}.load_back.x_alloc_owner_classed"
 _HC_LOAD_BACK = f"{_HC}.load_back.x_owner_classed_load_back"
 
+_MEMO_ONLY = (
+    "owner_counts_by_size is a memo: without the lookup or the store the counts are recomputed from "
+    "the same three integers on every call, the same tuple"
+)
+_NONE_MEANS_SHARD_SIZE = (
+    "owner_counts(None) is owner_counts(shard_size): n defaults to the shard size in its first line"
+)
+_STAMPED_NODE_SHORT_CUT = (
+    "ensure_meta on a stamped node: without the early return the upward walk stops at once (the node "
+    "has metadata), the loop runs zero times and md.get(node) is returned, the same object"
+)
+_ROOT_HAS_NO_META = (
+    "the root never carries owner metadata and md.get(None) is None, so parent_meta is None either way"
+)
+_NOT_INTERLEAVED_MEMO = (
+    "the stored marker only memoizes 'no state for this cache'; stored as None, the next call "
+    "recomputes the same answer (the allocator's class does not change)"
+)
+_OVERWRITTEN_BY_REBUILD = "the constructor's last line, rebuild(), assigns _heap and _queued again"
+_CHAIN_BELOW_DEFERRED = (
+    "a chosen node left in 'deferred' changes nothing: the walk skips a node in chosen or deferred alike, "
+    "and the promotion test accepts a child in chosen or deferred alike"
+)
+_BREAK_IS_RETURN = (
+    "the walk breaks only when the stream is exhausted with a deficit left: the plan is then not covered "
+    "and the returned set is never read (_prune runs on covered plans only)"
+)
+_STAMP_RESUME_META = (
+    "parent_meta of the resume node only short-cuts ensure_meta(resume): the first walked node's parent "
+    "is the resume node (or the root, where the least-full rule applies either way), and ensure_meta "
+    "returns the resume node's own metadata when it has one and derives the same continuation otherwise"
+)
+_SPLIT_WITHOUT_STATE = (
+    "on a cache the patch does not act on, no node carries owner metadata, so md.get(child) is None as "
+    "the guard's None"
+)
+
 _INVARIANT_MESSAGE = (
     "the message of an internal-invariant assert (one path, one rotation, a backup on every evicted node): "
     "it is only read when the invariant breaks, which no input through upstream's load_back reaches"
@@ -141,4 +178,17 @@ EQUIVALENT: dict[str, str] = {
     f"{_HC}.planner.x_plan_owner_lane_eviction__mutmut_54": _PRUNE_GUARD,  # covered and at least one leaf
     f"{_HC}.planner.x_finish_plan__mutmut_1": _FINISH_GUARD,
     f"{_HC}.counters.x\u01c1OwnerLaneCounters\u01c1_prom__mutmut_3": _PROM_WITH_COLLECTOR,
+    **{f"{_HC}.metadata.x\u01c1CpHiCacheNodeMetadata\u01c1owner_counts__mutmut_{n}": _MEMO_ONLY for n in (5, 6, 34)},
+    f"{_HC}.metadata.x\u01c1CpHiCacheNodeMetadata\u01c1owner_counts__mutmut_23": _NONE_MEANS_SHARD_SIZE,
+    **{f"{_HC}.planner.x__walk__mutmut_{n}": _NONE_MEANS_SHARD_SIZE for n in (51, 63)},
+    f"{_HC}.planner.x_need_of__mutmut_5": _NONE_MEANS_SHARD_SIZE,
+    f"{_HC}.planner.x__prune__mutmut_3": _NONE_MEANS_SHARD_SIZE,
+    **{f"{_HC}.state.x_ensure_meta__mutmut_{n}": _STAMPED_NODE_SHORT_CUT for n in (1, 2)},
+    **{f"{_HC}.state.x_ensure_meta__mutmut_{n}": _ROOT_HAS_NO_META for n in (15, 17)},
+    f"{_HC}.state.x_state_of__mutmut_25": _NOT_INTERLEAVED_MEMO,
+    **{f"{_HC}.planner.x\u01c1LeafOrderIndex\u01c1__init____mutmut_{n}": _OVERWRITTEN_BY_REBUILD for n in (5, 6)},
+    f"{_HC}.planner.x__chain_below__mutmut_6": _CHAIN_BELOW_DEFERRED,
+    f"{_HC}.planner.x__walk__mutmut_33": _BREAK_IS_RETURN,
+    **{f"{_HC}.hooks.x__stamp__mutmut_{n}": _STAMP_RESUME_META for n in (28, 29, 30, 31, 32)},
+    f"{_HC}.hooks.x_split_node_hook__mutmut_5": _SPLIT_WITHOUT_STATE,
 }

@@ -91,6 +91,8 @@ def test_the_prometheus_mirror_carries_the_collectors_labels_and_skips_zero_incr
     assert docs["sglang:cp_owner_lane_warnings"] == (
         "Owner-lane load-back warnings (slow planning, short eviction, refused load).")
     assert docs["sglang:cp_owner_lane_load_backs"] == "HiCache load-backs under page-owner residency, by outcome."
+    assert docs["sglang:cp_owner_lane_capacity_evictions"] == (
+        "Prefill/decode capacity deficits under page-owner residency, by who chose the victims.")
 
 
 def test_a_second_cache_shares_the_registered_metric():

@@ -547,6 +547,69 @@ def test_insert_without_rotation_base_uses_request_base_or_continuation():
     assert md.get(child).start_page == 4
 
 
+def test_insert_with_no_base_anywhere_takes_the_least_full_lane():
+    """A new chain at the root inserted with no rotation base (no request base either): the stamp is
+    the allocator's least-full class at insert time, from position-page 0 (the documented fallback)."""
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    toks = fresh(2 * 4)
+    new, _ = hc.alloc_chain(cache, 0, len(toks), 1)
+    guess = state_of(cache).allocator.least_full_class()
+    cache.insert(InsertParams(key=hc.key_of(toks), value=new.clone()))
+    meta = md.get(hc.path_nodes(cache, toks)[-1][0])
+    assert (meta.first_owner, meta.start_page, meta.num_pages) == (guess, 0, 2)
+
+
+def test_unstamped_links_are_derived_top_down_by_continuation():
+    """Nodes never stamped (created before the patch took): ensure_meta gives the chain's first node
+    the least-full class at position-page 0 and each node below it its parent's continuation; an
+    insert below an unstamped node derives the parent first and continues it."""
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+    from sglang_overlay.patches.cp_hicache_owner_lanes.state import ensure_meta
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    state = state_of(cache)
+    toks = fresh(2 * 4)
+    ext = toks + fresh(3 * 4)
+    hc.prefill(cache, toks)
+    hc.prefill(cache, ext)
+    (top, _), (below, _) = hc.path_nodes(cache, ext)
+    md.put(top, None)
+    md.put(below, None)
+    guess = state.allocator.least_full_class()
+    assert cache.rotation_base_of(below) == guess  # upstream's seam asks: derived, and stamped on the way
+    derived = ensure_meta(cache, state, below)
+    assert (md.get(top).first_owner, md.get(top).start_page, md.get(top).num_pages) == (guess, 0, 2)
+    assert derived is md.get(below) and derived == md.get(top).continuation(3)
+
+    md.put(top, None)  # an insert of a base-less extension under an unstamped chain
+    md.put(below, None)
+    more = ext + fresh(4)
+    tail, _ = hc.alloc_chain(cache, len(ext), len(more), None, int(below.value[-1]))
+    cache.insert(InsertParams(key=hc.key_of(more), value=hc.torch.cat([top.value, below.value, tail]).clone()))
+    last = hc.path_nodes(cache, more)[-1][0]
+    assert md.get(top).start_page == 0 and md.get(below) == md.get(top).continuation(3)
+    assert md.get(last) == md.get(below).continuation(1)
+
+
+def test_stamping_walks_the_path_of_the_keys_own_namespace():
+    """The same tokens under different extra keys (two LoRA adapters, say) or cache salts are different
+    paths: each chain is stamped from its own base, not from the chain of another namespace."""
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    toks = fresh(2 * 4)
+    spaces = ((None, None, 0), ("adapter-a", None, 1), (None, "salt", 2), ("adapter-a", "salt", 3))
+    for extra, salt, base in spaces:
+        new, _ = hc.alloc_chain(cache, 0, len(toks), base)
+        cache.insert(InsertParams(key=RadixKey(toks, extra, cache_salt=salt), value=new.clone(), rotation_base=base))
+    owners = sorted(md.get(child).first_owner for child in cache.root_node.children.values())
+    assert owners == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 def test_not_page_interleaved_keeps_upstream(page_size, policy):

@@ -59,12 +59,23 @@ def test_metadata_closed_form_and_split(n, first, start, pages, data):
 
 
 def test_metadata_rejects_bad_input():
-    with pytest.raises(ValueError):
+    """Each refusal names what is wrong; the bounds themselves are accepted."""
+    with pytest.raises(ValueError, match=r"^shard_size must be >= 1, got 0$"):
+        md.CpHiCacheNodeMetadata(0, 0, 0, 1)
+    with pytest.raises(ValueError, match=r"^first_owner 4 out of range for shard_size 4$"):
         md.CpHiCacheNodeMetadata(4, 4, 0, 1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^negative page span \(start_page=-1, num_pages=1\)$"):
+        md.CpHiCacheNodeMetadata(4, 0, -1, 1)
+    with pytest.raises(ValueError, match=r"^negative page span \(start_page=0, num_pages=-1\)$"):
+        md.CpHiCacheNodeMetadata(4, 0, 0, -1)
+    empty = md.CpHiCacheNodeMetadata(1, 0, 0, 0)  # a node of no whole page: owns nothing
+    assert empty.owner_counts() == (0,) and empty.next_owner == 0
+    with pytest.raises(ValueError, match=r"^owner counts for CP size 3 are not defined on a node placed for "
+                                         r"shard size 4 \(n must divide it\)$"):
         md.CpHiCacheNodeMetadata(4, 0, 0, 3).owner_counts(3)
-    with pytest.raises(ValueError):
-        md.CpHiCacheNodeMetadata(4, 0, 0, 3).split(3)
+    for at in (0, 3):
+        with pytest.raises(ValueError, match=rf"^split at page {at} of a 3-page node$"):
+            md.CpHiCacheNodeMetadata(4, 0, 0, 3).split(at)
 
 
 def _busy_cache(leaves=300, n=8, ps=16, seed=0):
@@ -137,6 +148,116 @@ def test_index_stays_bounded():
     cache, _ = _busy_cache(leaves=60, seed=9)
     index: LeafOrderIndex = state_of(cache).index
     assert len(index) <= 2 * len(cache.evictable_leaves) + index.COMPACT_SLACK
+
+
+class _Leaf:
+    """A stand-in leaf for the index's own unit tests: a priority and an identity, nothing else."""
+
+    def __init__(self, prio):
+        self.prio = prio
+
+    def __repr__(self):
+        return f"_Leaf({self.prio})"
+
+
+def _prio_of(calls):
+    def get_priority(node):
+        calls.append(node)
+        return node.prio
+
+    return get_priority
+
+
+def test_upstreams_monotone_strategies_are_told_apart():
+    from sglang.srt.mem_cache import evict_policy as ep
+    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import is_monotone
+
+    assert [is_monotone(ep.LRUStrategy()), is_monotone(ep.LFUStrategy()), is_monotone(ep.FIFOStrategy())] == [True] * 3
+    assert [is_monotone(ep.MRUStrategy()), is_monotone(ep.FILOStrategy()), is_monotone(object())] == [False] * 3
+
+
+def test_notifying_set_calls_the_hook_given_at_construction():
+    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import NotifyingLeafSet
+
+    seen = []
+    leaves = NotifyingLeafSet({1}, on_add=seen.append)
+    leaves.add(2)
+    assert seen == [2] and leaves == {1, 2}
+
+
+def test_index_compacts_exactly_past_its_bound():
+    """Stale entries (leaves that left the set) pile up lazily until the heap passes
+    2 x leaves + slack; then one rebuild keeps only live leaves, each read once."""
+    a, b = _Leaf(0), _Leaf(1)
+    leaves = {a, b}
+    calls = []
+    index = LeafOrderIndex(leaves, _prio_of(calls), True)
+    index.COMPACT_SLACK = 4
+    assert len(index) == 2 and sorted(calls, key=id) == sorted([a, b], key=id)
+    sizes = []
+    for i in range(12):
+        x = _Leaf(10 + i)
+        leaves.add(x)
+        index.note(x)  # three live leaves at the note: the bound is 2 x 3 + 4 = 10
+        leaves.discard(x)
+        sizes.append(len(index))
+    assert sizes == [3, 4, 5, 6, 7, 8, 9, 10, 3, 4, 5, 6]
+    calls.clear()
+    popped = []
+    assert list(index.ordered(popped)) == [a, b]
+
+
+def test_a_stale_leaf_that_returns_is_queued_again():
+    a, x = _Leaf(0), _Leaf(5)
+    leaves = {a, x}
+    index = LeafOrderIndex(leaves, _prio_of([]), True)
+    leaves.discard(x)  # x leaves the set: its entry goes stale
+    popped = []
+    assert list(index.ordered(popped)) == [a]  # the walk drops the stale entry
+    index.restore(popped)
+    leaves.add(x)
+    index.note(x)  # back in the set: must be walked again
+    popped = []
+    assert list(index.ordered(popped)) == [a, x]
+
+
+def test_planning_through_the_index_reads_few_priorities():
+    """A monotone index walks from its heap: planning a one-page deficit reads a handful of
+    priorities, where a full scan reads every leaf's."""
+    cache, _ = _busy_cache(leaves=200, seed=4)
+    state = state_of(cache)
+    assert state.index.monotone is True  # upstream's default LRU
+    calls = []
+    strategy, index = cache.eviction_strategy, state.index
+    real = strategy.get_priority
+    counted = lambda node: (calls.append(node), real(node))[1]  # noqa: E731
+    strategy.get_priority = index.get_priority = counted  # the walk's reads and the index's
+    need = [0] * state.shard_size
+    need[0] = 1
+    try:
+        plan = plan_owner_lane_eviction(cache, need, [0] * state.shard_size, index, state.shard_size)
+        finish_plan(plan)
+    finally:
+        del strategy.get_priority
+        index.get_priority = real
+    leaves = len(cache.evictable_leaves)
+    assert plan.covered and plan.scanned < leaves // 4 and len(calls) < leaves // 2, (plan.scanned, len(calls), leaves)
+
+
+def test_a_leaf_without_metadata_is_passed_over_not_the_end_of_the_walk():
+    """A leaf the plan needed turns out to carry no owner metadata (never stamped): the walk skips it
+    and covers the deficit with later leaves."""
+    cache, _ = _busy_cache(leaves=60, seed=6)
+    state = state_of(cache)
+    need = [1] * state.shard_size
+    baseline = plan_owner_lane_eviction(cache, need, [0] * state.shard_size, state.index, state.shard_size)
+    finish_plan(baseline)
+    first = next(x for x in baseline.leaves if x in cache.evictable_leaves)
+    md.put(first, None)
+    plan = plan_owner_lane_eviction(cache, need, [0] * state.shard_size, state.index, state.shard_size)
+    finish_plan(plan)
+    assert plan.covered and first not in plan.leaves
+    assert baseline.covered and first in baseline.leaves and plan.scanned >= 2
 
 
 def test_plan_keeps_only_needed_leaves():
