@@ -103,6 +103,12 @@ _STAMP_RESUME_META = (
     "is the resume node (or the root, where the least-full rule applies either way), and ensure_meta "
     "returns the resume node's own metadata when it has one and derives the same continuation otherwise"
 )
+_STAMP_RESIDENT_ENTRY = (
+    "a resident entry of the old path can end the re-stamping loop early only where nothing after it "
+    "would be re-stamped differently: below a resident prefix the request's base is that prefix's chain "
+    "base (the scheduler reads it through rotation_base_of), and without a base nothing is re-stamped; "
+    "the walk then resumes at the first entry and keeps the old-path metadata, which matches"
+)
 _SPLIT_WITHOUT_STATE = (
     "on a cache the patch does not act on, no node carries owner metadata, so md.get(child) is None as "
     "the guard's None"
@@ -191,4 +197,5 @@ EQUIVALENT: dict[str, str] = {
     f"{_HC}.planner.x__walk__mutmut_33": _BREAK_IS_RETURN,
     **{f"{_HC}.hooks.x__stamp__mutmut_{n}": _STAMP_RESUME_META for n in (28, 29, 30, 31, 32)},
     f"{_HC}.hooks.x_split_node_hook__mutmut_5": _SPLIT_WITHOUT_STATE,
+    f"{_HC}.hooks.x__stamp__mutmut_9": _STAMP_RESIDENT_ENTRY,
 }

@@ -291,6 +291,25 @@ def test_evict_planned_passes_over_what_is_not_evictable_and_reports_the_tokens_
     cache.dec_lock_ref(locked)
 
 
+def test_write_back_eviction_counts_backed_up_and_newly_backed_up_leaves_alike():
+    """Under write-back a leaf loaded back from host is still backed up (evicted at once), a fresh one is
+    backed up first then detached: the tokens evicted are their sum, whatever the order."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    cache = hc.build_cpu_hicache(4, 4, 8, write_policy="write_back")
+    cache.load_back_threshold = 0
+    backed = leaf_chain(cache, 0)
+    assert evict_planned(cache, [backed]) == 4
+    hc.settle(cache)
+    assert cache.load_back(backed) is not None
+    hc.settle(cache)
+    fresh_leaf = leaf_chain(cache, 1, pages=2)
+    assert backed.backuped and not backed.evicted and not fresh_leaf.backuped
+    assert evict_planned(cache, [fresh_leaf, backed]) == 8 + 4
+    hc.settle(cache)
+    assert backed.evicted and fresh_leaf.evicted and fresh_leaf.backuped
+
+
 @pytest.mark.parametrize("threshold, quota, loads", [(24, 36, True), (25, None, False), (0, 35, False)],
                          ids=["at-both-bounds", "below-threshold", "over-quota"])
 def test_the_threshold_and_quota_gates_are_upstreams_and_release_the_resident_prefix(threshold, quota, loads):
@@ -866,6 +885,26 @@ def test_insert_re_pointing_an_evicted_node_restamps_it(split):
     assert md.get(repointed).owner_counts() == hc.oracle_owner_counts(repointed, 4, 4)
     assert cache.rotation_base_of(repointed) == 2
     assert_chain_congruent(cache, again)
+
+
+def test_a_base_less_insert_re_pointing_an_evicted_node_keeps_its_stamp():
+    """Without a rotation base (none in the insert, none from a request) the insert cannot know the lanes
+    of the fresh pages without reading them: the re-pointed node keeps the stamp it had, and the insert
+    goes through."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    toks = fresh(3 * 4)
+    new, _ = hc.alloc_chain(cache, 0, len(toks), 1)
+    cache.insert(hc.InsertParams(key=hc.key_of(toks), value=new.clone(), rotation_base=1))
+    hc.settle(cache)
+    node = hc.path_nodes(cache, toks)[-1][0]
+    evict_planned(cache, [node])
+    hc.settle(cache)
+    fresh_pages, _ = hc.alloc_chain(cache, 0, len(toks), 1)
+    cache.insert(hc.InsertParams(key=hc.key_of(toks), value=fresh_pages.clone()))
+    hc.settle(cache)
+    assert not node.evicted and md.get(node).rotation_base == 1 and md.get(node).num_pages == 3
 
 
 def test_prune_keeps_an_older_leaf_a_later_pick_made_redundant():

@@ -260,6 +260,46 @@ def test_a_leaf_without_metadata_is_passed_over_not_the_end_of_the_walk():
     assert baseline.covered and first in baseline.leaves and plan.scanned >= 2
 
 
+def test_the_root_is_never_walked():
+    """One evictable page, of a lane that is not short: the walk scans it, defers it, and ends; the
+    root above it (whose only child is now deferred) is not promoted into the walk."""
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    state = state_of(cache)
+    toks = list(range(77_000, 77_004))
+    new, base = hc.alloc_chain(cache, 0, len(toks), 1)
+    cache.insert(InsertParams(key=hc.key_of(toks), value=new.clone(), rotation_base=base))
+    hc.settle(cache)
+    assert len(cache.evictable_leaves) == 1
+    plan = plan_owner_lane_eviction(cache, [1, 0, 0, 0], [0, 4, 4, 4], state.index, state.shard_size)
+    finish_plan(plan)
+    assert not plan.covered and plan.remaining == [1, 0, 0, 0] and plan.scanned == 1 and plan.leaves == []
+
+
+def test_a_load_back_plans_through_the_leaf_index():
+    """The load-back hook hands its cache's leaf index to the planner: with every lane drained, loading
+    the evicted target reads a fraction of the leaves' priorities, where a full scan reads them all."""
+    cache, target = _busy_cache(leaves=200, seed=8)
+    alloc = cache.token_to_kv_pool_allocator
+    for lane, free in enumerate(alloc.class_free_page_counts()):  # running requests hold every free page
+        for _ in range(free):
+            assert hc.alloc_chain(cache, 0, alloc.page_size, lane)[0] is not None
+    assert not any(alloc.class_free_page_counts())
+    strategy, index = cache.eviction_strategy, state_of(cache).index
+    real, calls = strategy.get_priority, []
+    counted = lambda node: (calls.append(node), real(node))[1]  # noqa: E731
+    strategy.get_priority = index.get_priority = counted
+    try:
+        node = hc.path_nodes(cache, target)[-1][0]
+        assert cache.load_back(node) is not None
+    finally:
+        del strategy.get_priority
+        index.get_priority = real
+    leaves = len(cache.evictable_leaves)
+    assert 0 < len(calls) < leaves // 2, (len(calls), leaves)
+
+
 def test_plan_keeps_only_needed_leaves():
     """Every planned leaf is needed: dropping any one leaves some lane short."""
     cache, target = _busy_cache(leaves=200, seed=11)
