@@ -109,6 +109,18 @@ _STAMP_RESIDENT_ENTRY = (
     "base (the scheduler reads it through rotation_base_of), and without a base nothing is re-stamped; "
     "the walk then resumes at the first entry and keeps the old-path metadata, which matches"
 )
+_RESTAMP_SAME_VALUES = (
+    "the only walked nodes that already carry metadata are split prefixes (stamped by the split hook) and "
+    "old-path nodes, whose metadata already equals what re-stamping computes from the same base or "
+    "continuation; re-stamping them, or not, stores equal metadata, and a just-stamped parent is what "
+    "ensure_meta(node.parent) returns"
+)
+_ROOT_NODE_ALWAYS_SET = "every radix cache sets root_node in reset(), so the getattr default is never read"
+_ALLOCATOR_ALWAYS_SET = (
+    "every prefix cache the hooks see sets token_to_kv_pool_allocator (and HiRadixCache metrics_collector, "
+    "None when metrics are off), so the getattr default is never read"
+)
+_FOR_CHAIN_SAME_BASE = "for_chain(n, m.rotation_base, m.start_page, m.num_pages) reproduces m exactly"
 _SPLIT_WITHOUT_STATE = (
     "on a cache the patch does not act on, no node carries owner metadata, so md.get(child) is None as "
     "the guard's None"
@@ -198,4 +210,11 @@ EQUIVALENT: dict[str, str] = {
     **{f"{_HC}.hooks.x__stamp__mutmut_{n}": _STAMP_RESUME_META for n in (28, 29, 30, 31, 32)},
     f"{_HC}.hooks.x_split_node_hook__mutmut_5": _SPLIT_WITHOUT_STATE,
     f"{_HC}.hooks.x__stamp__mutmut_9": _STAMP_RESIDENT_ENTRY,
+    f"{_HC}.hooks.x__stamp__mutmut_27": _WHOLE_PAGES,
+    **{f"{_HC}.hooks.x__stamp__mutmut_{n}": _RESTAMP_SAME_VALUES for n in (45, 46, 47, 50, 51, 80)},
+    f"{_HC}.hooks.x_rotation_base_of_hook__mutmut_7": _ROOT_NODE_ALWAYS_SET,
+    f"{_HC}.state.x_state_of__mutmut_19": _ALLOCATOR_ALWAYS_SET,
+    f"{_HC}.state.x\u01c1OwnerLaneState\u01c1__init____mutmut_23": _ALLOCATOR_ALWAYS_SET,
+    f"{_HC}.load_back.x_chain_metas__mutmut_19": _FOR_CHAIN_SAME_BASE,
+    f"{_HC_LOAD_BACK}__mutmut_45": _ROOT_LAST_LOC,
 }

@@ -907,6 +907,34 @@ def test_a_base_less_insert_re_pointing_an_evicted_node_keeps_its_stamp():
     assert not node.evicted and md.get(node).rotation_base == 1 and md.get(node).num_pages == 3
 
 
+def test_an_insert_that_splits_a_node_stamps_the_new_leaf_at_once():
+    """P+X cached, then P+Y: the insert splits P off X and adds Y. Both walked nodes are stamped at the
+    insert (Y visible to the planner without a later derivation), on the chain's rotation."""
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    p, x, y = fresh(2 * 4), fresh(1 * 4), fresh(3 * 4)
+    hc.prefill(cache, p + x)
+    hc.prefill(cache, p + y)
+    (prefix, _), (leaf, _) = hc.path_nodes(cache, p + y)
+    base = md.get(prefix).rotation_base
+    assert md.get(prefix) == md.CpHiCacheNodeMetadata.for_chain(4, base, 0, 2)
+    assert md.get(leaf) == md.CpHiCacheNodeMetadata.for_chain(4, base, 2, 3)
+    assert md.get(leaf).owner_counts() == hc.oracle_owner_counts(leaf, 4, 4)
+
+
+def test_load_back_under_an_unstamped_resident_prefix_derives_the_prefix_first():
+    """The resident prefix lost its stamp (created before the patch took): the load-back derives it
+    (continuation rule) and loads the suffix on that chain's rotation."""
+    cache = hc.build_cpu_hicache(4, 4, 8)
+    cache.load_back_threshold = 0
+    toks, prefix, suffix = evicted_suffix(cache, 2, 3)
+    md.put(prefix, None)
+    guess = state_of(cache).allocator.least_full_class()
+    assert cache.load_back(suffix) is not None
+    hc.settle(cache)
+    assert md.get(prefix) == md.CpHiCacheNodeMetadata.for_chain(4, guess, 0, 2)
+    assert md.get(suffix).rotation_base == guess and not suffix.evicted
+
+
 def test_prune_keeps_an_older_leaf_a_later_pick_made_redundant():
     """The walk takes the oldest lane-0 leaf, then a two-page leaf for lane 1 that also
     frees lane 0: the first pick is dropped again and survives the load-back."""
