@@ -61,13 +61,14 @@ def record_some(c: OwnerLaneCounters) -> None:
     c.record_capacity(planned=False)
     c.record_capacity(planned=True)
     c.record_capacity(planned=False)
+    c.record_capacity(planned=True)
 
 
 def test_counts_accumulate_over_calls():
     c = OwnerLaneCounters(shard_size=4)
     record_some(c)
     assert c.as_dict() == {
-        "load_backs": 2, "refused": 1, "plans": 0, "capacity_plans": 1, "capacity_fallbacks": 2,
+        "load_backs": 2, "refused": 1, "plans": 0, "capacity_plans": 2, "capacity_fallbacks": 2,
         "leaves_scanned": 0, "leaves_evicted": 3,
         "pages_evicted_per_lane": [1, 3, 3, 0], "warnings": {WARN_REFUSED: 2, WARN_SLOW_PLAN: 1},
     }  # fmt: skip
@@ -84,7 +85,7 @@ def test_the_prometheus_mirror_carries_the_collectors_labels_and_skips_zero_incr
     assert [sample(EVICTED, coll, lane=str(lane)) for lane in range(4)] == [1.0, 3.0, 3.0, None]  # lane 3: no series
     assert sample(WARNINGS, coll, reason=WARN_REFUSED) == 2.0 and sample(WARNINGS, coll, reason=WARN_SLOW_PLAN) == 1.0
     assert sample(LOAD_BACKS, coll, outcome="loaded") == 2.0 and sample(LOAD_BACKS, coll, outcome="refused") == 1.0
-    assert sample(CAPACITY, coll, by="owner_lanes") == 1.0 and sample(CAPACITY, coll, by="upstream") == 2.0
+    assert sample(CAPACITY, coll, by="owner_lanes") == 2.0 and sample(CAPACITY, coll, by="upstream") == 2.0
     docs = {family.name: family.documentation for family in REGISTRY.collect()}
     assert docs["sglang:cp_owner_lane_evicted_pages"] == (
         "Device pages freed by owner-lane eviction for HiCache load-back, per owner lane.")
