@@ -5,9 +5,10 @@ must be inert on a pool that is not page-interleaved).
 
 Per pin, in the scheduler that owns the cache (``sglang-overlay status``): on 0.5.20 the server builds
 ``UnifiedRadixCache`` with HiCache attached, not ``HiRadixCache``, so the owner-lanes hooks on
-``hiradix_cache`` stay pending; on 0.5.23 the patch's two targets, ``UnifiedRadixCache._load_back_transfers``
-and the allocators' ``evict_to_free_tokens`` (prefill/decode capacity), are hooked and pass through (the pool
-is not page-interleaved without ``--enable-kv-cache-sharding``), so the outputs equal upstream's."""
+``hiradix_cache`` stay pending; on 0.5.23 the patch's three targets, ``UnifiedRadixCache._load_back_transfers``
+and ``_execute_kv_backup`` (host backup) and the allocators' ``evict_to_free_tokens`` (prefill/decode
+capacity), are hooked and pass through (the pool is not page-interleaved without
+``--enable-kv-cache-sharding``), so the outputs equal upstream's."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.e2e
 
 CACHED = re.compile(r"#cached-token: (\d+)")
 HOOKS_0_5_23 = ["sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._load_back_transfers",
+                "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._execute_kv_backup",
                 "sglang.srt.mem_cache.allocator.base.BaseTokenToKVPoolAllocator.evict_to_free_tokens"]
 
 

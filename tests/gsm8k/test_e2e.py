@@ -228,16 +228,17 @@ def test_full_1319_at_parallel_64_is_exact(capsys, tmp_path):
 
 
 def test_ctrl_c_keeps_the_answers_so_far_and_exits_2(tmp_path):
-    """Question 20 is held for a minute by this test's own server, so the Ctrl-C after 20 answers lands
-    mid-run however slowly the test polls (with the shared plan's short delays, a loaded CI machine once
-    let the runner finish all 60 questions before the signal)."""
+    """Question 20 is held for 8 s by this test's own server, so the Ctrl-C after 20 answers lands mid-run
+    even when the test polls slowly (with the shared plan's short delays, a loaded CI machine once let the
+    runner finish all 60 questions before the signal), and the run still ends within seconds if the
+    request on the wire is answered before the runner stops."""
     import signal
     import subprocess
     import sys
 
     from tests.conftest import REPO, subprocess_env
 
-    with _serve(GSM8K_DIR, plan={**PLAN, "slow": {**PLAN["slow"], "20": 60.0}}) as server:
+    with _serve(GSM8K_DIR, plan={**PLAN, "slow": {**PLAN["slow"], "20": 8.0}}) as server:
         proc = subprocess.Popen(
             [sys.executable, str(REPO / "scripts" / "gsm8k_eval.py"), "--base-url", server.base_url,
              "--data-dir", str(GSM8K_DIR), "--no-progress", "--parallel", "1", "--retry-backoff", "0.02",
@@ -247,13 +248,13 @@ def test_ctrl_c_keeps_the_answers_so_far_and_exits_2(tmp_path):
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=120)
     summary, records = load_run(tmp_path)
     assert proc.returncode == 2 and out.strip().splitlines()[-1].startswith("INCOMPLETE: interrupted"), err
     assert summary["interrupted"] and len(records) == N
     done = [r for r in records if r["error"] != "interrupted"]
-    # The server counts attempts: a question the plan aborts takes extra requests (retries), one request
-    # may be on the wire when SIGINT lands, and question 20 is held, so at most 20 are answered.
+    # The server counts attempts: a question the plan aborts takes extra requests (retries), and one
+    # request (at the latest question 20, held) may be on the wire when SIGINT lands.
     extra = sum(MAX_RETRIES if k < 0 else min(k, MAX_RETRIES) for i, (_, k) in PLAN["abort"].items() if int(i) < 20)
-    assert 20 - 1 - extra <= len(done) <= 20 and summary["errors"]["interrupted"] == N - len(done)
+    assert 20 - 1 - extra <= len(done) <= 21 and summary["errors"]["interrupted"] == N - len(done)
     assert sorted(r["id"] for r in done) == list(range(len(done)))  # --parallel 1: answered in order, none lost

@@ -4,7 +4,7 @@ This folder owns the patch: the declaration below, its settings (``settings.py``
 implementation (``hooks.py``: metadata stamping on insert/split/cache_*_req; ``load_back.py``:
 the load-back hook; ``planner.py``: owner-lane eviction planning; ``metadata.py``, ``state.py``,
 ``counters.py``; ``v0_5_23.py``: the sglang 0.5.23 load-back hook over the same planner; ``v0_5_23_capacity.py``:
-its prefill/decode capacity eviction per owner lane).
+its prefill/decode capacity eviction per owner lane; ``v0_5_23_host_backup.py``: its host-backup gate per lane).
 Description and exit condition: ``patches/cp-hicache-owner-lanes.md``.
 """
 
@@ -42,6 +42,9 @@ PATCH = Patch(
         # 0.5.23: prefill/decode capacity eviction (the min-lane floor) filled per owner lane
         Target("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.evict_to_free_tokens",
                f"{_PKG}.v0_5_23_capacity:evict_to_free_tokens_hook", "AROUND", upstream=">=0.5.23"),
+        # 0.5.23: the host-backup gate (the min-lane host floor) asks the lanes the backup draws from
+        Target("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._execute_kv_backup",
+               f"{_PKG}.v0_5_23_host_backup:execute_kv_backup_hook", "AROUND", upstream=">=0.5.23"),
     ),
     knobs=(SLOW_PLAN_MS,),
 )
