@@ -229,9 +229,8 @@ def test_full_1319_at_parallel_64_is_exact(capsys, tmp_path):
 
 def test_ctrl_c_keeps_the_answers_so_far_and_exits_2(tmp_path):
     """Question 20 is held for 8 s by this test's own server, so the Ctrl-C after 20 answers lands mid-run
-    even when the test polls slowly (with the shared plan's short delays, a loaded CI machine once let the
-    runner finish all 60 questions before the signal), and the run still ends within seconds if the
-    request on the wire is answered before the runner stops."""
+    however slowly the test polls, and the run still ends within seconds if the request on the wire is
+    answered before the runner stops."""
     import signal
     import subprocess
     import sys
