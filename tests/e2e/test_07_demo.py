@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO, subprocess_env
+from tests.support.proc import with_default_sigint
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +58,8 @@ def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model,
     env = subprocess_env(COLUMNS="200")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "sglang-overlay"), "demo", "--tokenizer-worker-num", "2",
                              "--log-dir", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=with_default_sigint)
     seen: list[str] = []
     lines = _Lines(proc.stdout)
     try:

@@ -236,6 +236,7 @@ def test_ctrl_c_keeps_the_answers_so_far_and_exits_2(tmp_path):
     import sys
 
     from tests.conftest import REPO, subprocess_env
+    from tests.support.proc import with_default_sigint
 
     with _serve(GSM8K_DIR, plan={**PLAN, "slow": {**PLAN["slow"], "20": 8.0}}) as server:
         proc = subprocess.Popen(
@@ -243,9 +244,7 @@ def test_ctrl_c_keeps_the_answers_so_far_and_exits_2(tmp_path):
              "--data-dir", str(GSM8K_DIR), "--no-progress", "--parallel", "1", "--retry-backoff", "0.02",
              "--output", str(tmp_path)],
             env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            # a shell that starts jobs in the background hands them SIGINT ignored, and Python keeps an
-            # ignored SIGINT ignored: give the runner the default, as a terminal's foreground job has it
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            preexec_fn=with_default_sigint)
         while server.stats()["finished"] < 20:
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.02)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -59,3 +60,10 @@ def hook_report(proc: subprocess.CompletedProcess) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT")][-1]
     return json.loads(line[len("REPORT"):])
+
+
+def with_default_sigint() -> None:
+    """``preexec_fn`` for a child a test stops with SIGINT, as Ctrl-C would: a shell that starts jobs in
+    the background hands them SIGINT ignored, and Python keeps an ignored SIGINT ignored, so the child
+    would never see the signal; a terminal's foreground job has the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
