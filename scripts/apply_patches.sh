@@ -1,31 +1,34 @@
 #!/usr/bin/env bash
 # The one command that pins everything: creates the environment (default .venv/ at the repository
-# root), installs the pinned upstream (patches/upstream.lock) and this overlay into it, and finishes
-# with `sglang-overlay check`.
+# root), installs the pinned upstream (patches/pins/<version>/upstream.lock) and this overlay into it, and
+# finishes with `sglang-overlay check`. The default pin is named in patches/pins/default.
 #
 #   scripts/apply_patches.sh                 CPU hosts and CI: torch+torchvision pair from the registry,
 #                                            sglang --no-deps (sha256-verified wheel), pure-Python lock
 #   scripts/apply_patches.sh --gpu           GPU hosts: upstream's full dependency set at its own pins
 #   scripts/apply_patches.sh --upstream VER  another supported pin (patches/pins/VER/upstream.lock,
 #                                            scripts/requirements-cpu-VER.lock; environment .venv-VER/)
+#   scripts/apply_patches.sh --python PY     the interpreter to build the environment with (python3.11,
+#                                            python3.12, ...: any CPython the pin's lock has a wheel for)
 #   scripts/apply_patches.sh --venv DIR      use/create another environment
+#   scripts/apply_patches.sh --editable      install the overlay editable (development) instead of as a wheel
 #   scripts/apply_patches.sh --print-pin     print the pin read from the lock and exit
-#   scripts/apply_patches.sh --source DIR    apply the diff series (patches/series) to an upstream checkout
-#                                            (files under DIR/python/sglang/...) instead of setting up
+#   scripts/apply_patches.sh --source DIR    apply the diff series (patches/pins/VER/series) to an upstream
+#                                            checkout (files under DIR/python/sglang/...) instead of setting up
 #   scripts/apply_patches.sh --site-packages apply the diff series to the environment's installed sglang
 #                                            (--venv), then run its `sglang-overlay check`
 #
 # Idempotent. While it runs, DIR/.sglang-overlay-incomplete marks the environment as unfinished
 # (`sglang-overlay check` refuses such an environment); it is removed only after the check passes.
+# The overlay is installed as users install it: a wheel built from this checkout (it carries the
+# process-start hook); --editable installs it editable and writes the hook with `process-hook --install`.
 # The series is checked whole before anything is written (git apply, atomic): a hunk that does not
 # apply leaves the tree untouched; a tree that already carries the series is left as it is.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PIN_DIR="$REPO/patches"
-LOCK="$PIN_DIR/upstream.lock"
-REQS="$REPO/scripts/requirements-cpu.lock"
 MODE=cpu
+EDITABLE=0
 VENV=""
 UPSTREAM=""
 PYTHON="${PYTHON:-python3}"
@@ -34,7 +37,7 @@ SERIES_INTO=""
 SOURCE_DIR=""
 WHEEL_CACHE="${SGLANG_OVERLAY_WHEEL_CACHE:-$HOME/.cache/sglang-overlay/wheels}"
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpu) MODE=gpu ;;
@@ -42,7 +45,9 @@ while [ $# -gt 0 ]; do
     --venv) VENV="$2"; shift ;;
     --upstream) [ $# -ge 2 ] || { echo "apply_patches.sh: --upstream needs a version" >&2; exit 2; }
                 UPSTREAM="$2"; shift ;;
-    --python) PYTHON="$2"; shift ;;
+    --python) [ $# -ge 2 ] || { echo "apply_patches.sh: --python needs an interpreter" >&2; exit 2; }
+              PYTHON="$2"; shift ;;
+    --editable) EDITABLE=1 ;;
     --print-pin) PRINT_PIN=1 ;;
     --source) [ $# -ge 2 ] || { echo "apply_patches.sh: --source needs a directory" >&2; exit 2; }
               SERIES_INTO=source; SOURCE_DIR="$2"; shift ;;
@@ -57,24 +62,27 @@ step() { echo "==> $*"; }
 die() { echo "apply_patches.sh: ERROR: $*" >&2; exit 1; }
 
 # --- the pin, read from the one place it lives ---------------------------------------------
+HAVE_PY="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" || die "no Python at '$PYTHON' (pass --python)"
+PINS="$REPO/patches/pins"
+[ -f "$PINS/default" ] || die "missing $PINS/default (the default pin's version)"
+DEFAULT_VERSION="$(tr -d '[:space:]' < "$PINS/default")"
+SGLANG_VERSION="${UPSTREAM:-$DEFAULT_VERSION}"
+PIN_DIR="$PINS/$SGLANG_VERSION"
+LOCK="$PIN_DIR/upstream.lock"
+SUPPORTED="$(cd "$PINS" && for d in */; do [ -f "$d/upstream.lock" ] && printf '%s ' "${d%/}"; done)"
+[ -f "$LOCK" ] || die "sglang==$SGLANG_VERSION is not a supported pin (supported: $SUPPORTED)"
+REQS="$REPO/scripts/requirements-cpu-$SGLANG_VERSION.lock"
+if [ "$SGLANG_VERSION" = "$DEFAULT_VERSION" ]; then VENV="${VENV:-$REPO/.venv}"; else VENV="${VENV:-$REPO/.venv-$SGLANG_VERSION}"; fi
+# pin FIELD: a field of the lock's "upstream"; wheel FIELD: this Python's wheel entry ("" when none)
 pin() { "$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["upstream"].get(sys.argv[2], sys.argv[3]))' "$LOCK" "$1" "${2:-}"; }
-[ -f "$LOCK" ] || die "missing $LOCK"
-DEFAULT_VERSION="$(pin version)"
-if [ -n "$UPSTREAM" ] && [ "$UPSTREAM" != "$DEFAULT_VERSION" ]; then
-  PIN_DIR="$REPO/patches/pins/$UPSTREAM"
-  LOCK="$PIN_DIR/upstream.lock"
-  SUPPORTED="$DEFAULT_VERSION $( (ls "$REPO/patches/pins" 2>/dev/null || true) | tr '\n' ' ')"
-  [ -f "$LOCK" ] || die "sglang==$UPSTREAM is not a supported pin (supported: $SUPPORTED)"
-  REQS="$REPO/scripts/requirements-cpu-$UPSTREAM.lock"
-  VENV="${VENV:-$REPO/.venv-$UPSTREAM}"
-fi
-VENV="${VENV:-$REPO/.venv}"
-SGLANG_VERSION="$(pin version)"; WHEEL="$(pin wheel)"; WHEEL_SHA="$(pin wheel_sha256)"
-TORCH_VERSION="$(pin torch)"; TORCHVISION_VERSION="$(pin torchvision)"; PY_VERSION="$(pin python)"
+wheel() { "$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["upstream"]["wheels"].get(sys.argv[2], {}).get(sys.argv[3], ""))' "$LOCK" "$HAVE_PY" "$1"; }
+PYTHONS="$("$PYTHON" -c 'import json,sys; print(" ".join(sorted(json.load(open(sys.argv[1]))["upstream"]["wheels"])))' "$LOCK")"
+WHEEL="$(wheel file)"; WHEEL_SHA="$(wheel sha256)"
+TORCH_VERSION="$(pin torch)"; TORCHVISION_VERSION="$(pin torchvision)"
 TORCH_PIP="$(pin torch_pip isolated)"
 if [ "$PRINT_PIN" = 1 ]; then
-  echo "sglang==$SGLANG_VERSION torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION python==$PY_VERSION"
-  echo "wheel $WHEEL sha256 $WHEEL_SHA"
+  echo "sglang==$SGLANG_VERSION torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION python $HAVE_PY (locked: $PYTHONS)"
+  echo "wheel ${WHEEL:-none for Python $HAVE_PY} sha256 ${WHEEL_SHA:-none}"
   exit 0
 fi
 
@@ -132,15 +140,14 @@ if [ "$SERIES_INTO" = site-packages ]; then
 fi
 
 step "[1/7] pin: sglang==$SGLANG_VERSION, torch==$TORCH_VERSION, torchvision==$TORCHVISION_VERSION ($MODE mode, environment $VENV)"
-HAVE_PY="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" || die "no Python at '$PYTHON'"
-[ "$HAVE_PY" = "$PY_VERSION" ] || die "Python $HAVE_PY is not supported: the pinned sglang wheel is for Python $PY_VERSION (pass --python)"
+[ -n "$WHEEL" ] || die "Python $HAVE_PY ($PYTHON) is not supported: the lock of sglang==$SGLANG_VERSION records wheels for Python $PYTHONS (pass --python)"
 
 step "[2/7] environment"
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 else
   VENV_PY="$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-  [ "$VENV_PY" = "$PY_VERSION" ] || die "$VENV has Python $VENV_PY, the pin needs $PY_VERSION; remove it or pass --venv"
+  [ "$VENV_PY" = "$HAVE_PY" ] || die "$VENV has Python $VENV_PY, not $HAVE_PY ($PYTHON); remove it or pass --venv"
   PRESENT="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null || true)"
   if [ -n "$PRESENT" ] && [ "$PRESENT" != "$SGLANG_VERSION" ]; then
     die "a conflicting sglang $PRESENT is already installed in $VENV (pin: $SGLANG_VERSION); remove $VENV or pass --venv DIR"
@@ -185,10 +192,18 @@ else
   "${PIP[@]}" install -r "$REQS" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
 fi
 
-step "[6/7] sglang-overlay (editable, from $REPO) and its process-start hook"
-"${PIP[@]}" install --no-deps -e "$REPO"
-# Tokenizer workers are started without load_plugins(): the .pth hook lets the overlay enter them.
-"$VENV/bin/sglang-overlay" process-hook --install
+if [ "$EDITABLE" = 1 ]; then
+  step "[6/7] sglang-overlay (editable, from $REPO) and its process-start hook"
+  "${PIP[@]}" install --no-deps -e "$REPO"
+  # an editable install carries no .pth: write it (tokenizer workers are started without load_plugins())
+  "$VENV/bin/sglang-overlay" process-hook --install
+else
+  step "[6/7] sglang-overlay: a wheel built from $REPO, installed as users install it (it carries its process-start hook)"
+  DIST="$(mktemp -d)"
+  "${PIP[@]}" wheel --quiet --no-deps -w "$DIST" "$REPO"
+  "${PIP[@]}" install --no-deps --force-reinstall "$DIST"/sglang_overlay-*.whl
+  rm -rf "$DIST"
+fi
 
 step "[7/7] verify: sglang-overlay check"
 rm -f "$VENV/.sglang-overlay-incomplete"
@@ -196,8 +211,4 @@ if ! "$VENV/bin/sglang-overlay" check; then
   touch "$VENV/.sglang-overlay-incomplete"
   die "the overlay does not verify against this environment (see the table above)"
 fi
-if [ "$PIN_DIR" = "$REPO/patches" ]; then
-  echo "==> done: $VENV is pinned and verified. Tests: $VENV/bin/python -m pytest"
-else
-  echo "==> done: $VENV is pinned and verified. The pin's tests: $VENV/bin/python -m pytest tests/*/test_v${SGLANG_VERSION//./_}*.py tests/*/*/test_v${SGLANG_VERSION//./_}*.py"
-fi
+echo "==> done: $VENV is pinned (sglang==$SGLANG_VERSION, Python $HAVE_PY) and verified. Tests: $VENV/bin/python -m pytest"

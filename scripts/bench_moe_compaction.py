@@ -3,9 +3,10 @@
 
 Patch ``moe-cp-compaction``. For dummy fractions 0%, 12%, 25% and 50% of a
 rank's rows (interleaved through the batch, as lane-slot compute padding puts
-them), on upstream's own ``DeepseekV2MoE`` (real gate, grouped top-k, shared
-experts) with the CPU stand-ins for DeepEP's dispatcher and experts from
-``tests/support/moe_standins.py``:
+them), on upstream's own ``DeepseekV2MoE`` of the installed pin (real gate, grouped
+top-k, shared experts; 0.5.20 or 0.5.23, each with its own hook) with the CPU
+stand-ins for DeepEP's dispatcher and experts from ``tests/support/moe_standins.py``
+(``moe_standins_0523.py`` builds 0.5.23's layer; it runs on the CPU):
 
 - ``moe_padded_s``: upstream ``forward_deepep`` fed every row, dummies included;
 - ``moe_compact_s``: upstream ``forward_deepep`` on the valid rows alone;
@@ -204,26 +205,46 @@ def run_boundary_only(args, device, dtype) -> dict:
     return dict(mode="boundary-only", rows=results, sync_check=sync_check, passed=True)
 
 
-def run_full(args, device, dtype) -> dict:
-    require_sglang("<0.5.23", "bench_moe_compaction.py (the whole DeepseekV2MoE layer)",
-                   "On 0.5.23 --boundary-only measures the same boundary (0.5.23's port runs it unchanged); "
-                   "the whole-layer comparison is not ported.")
-    from rich.console import Console
-    from rich.table import Table
-
+def _layer_of_installed_pin(args, device, dtype):
+    """Upstream's own ``DeepseekV2MoE`` of the installed pin with the DeepEP stand-ins, its unhooked
+    ``forward_deepep`` and the pin's boundary hook: ``(moe, upstream, hook)``."""
     import sglang_overlay
+    from sglang_overlay.core import installed
+    from tests.support.moe_standins import MoeShape
 
     sglang_overlay.apply()
+    shape = MoeShape(hidden=args.hidden, experts=args.experts, top_k=args.top_k, n_group=8, topk_group=4,
+                     inter=args.inter)
+    from packaging.version import Version
+
+    if Version(installed.installed_sglang_version()) >= Version("0.5.23"):
+        if device.type != "cpu":
+            raise SystemExit("bench_moe_compaction.py: the whole layer on sglang 0.5.23 runs on the CPU here "
+                             "(its stand-ins publish a CPU world); --boundary-only measures the boundary on CUDA")
+        from sglang_overlay.patches.moe_cp_compaction import v0_5_23 as pin_hook
+        from tests.support.moe_standins_0523 import build_moe, upstream_forward_deepep
+
+        moe, _ = build_moe(shape, dtype=dtype, record=False)
+        return moe, upstream_forward_deepep(), pin_hook.forward_deepep
     from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
 
     from sglang_overlay.patches.moe_cp_compaction import boundary
-    from sglang_overlay.patches.moe_cp_compaction.layout import ComputePaddingLayout, attach_layout
-    from tests.support.moe_standins import MoeShape, build_deepseek_moe, make_forward_batch
+    from tests.support.moe_standins import build_deepseek_moe
 
-    shape = MoeShape(hidden=args.hidden, experts=args.experts, top_k=args.top_k, n_group=8, topk_group=4,
-                     inter=args.inter)
     moe, _ = build_deepseek_moe(shape, dtype=dtype, device=str(device), record=False)
-    upstream = DeepseekV2MoE.forward_deepep.__wrapped__
+    return moe, DeepseekV2MoE.forward_deepep.__wrapped__, boundary.forward_deepep
+
+
+def run_full(args, device, dtype) -> dict:
+    require_sglang(">=0.5.20", "bench_moe_compaction.py (the whole DeepseekV2MoE layer)",
+                   "--boundary-only measures the boundary alone, without sglang.")
+    from rich.console import Console
+    from rich.table import Table
+
+    from sglang_overlay.patches.moe_cp_compaction.layout import ComputePaddingLayout, attach_layout
+    from tests.support.moe_standins import make_forward_batch
+
+    moe, upstream, hook = _layer_of_installed_pin(args, device, dtype)
     g = torch.Generator().manual_seed(args.seed)
     x = torch.randn(args.rows, args.hidden, generator=g).to(device=device, dtype=dtype)
 
@@ -248,7 +269,7 @@ def run_full(args, device, dtype) -> dict:
             row.update(timed({
                 "moe_padded_s": (lambda fb: upstream(moe, x, fb), lambda: batch(args.rows)),
                 "moe_compact_s": (lambda fb: upstream(moe, compact_x, fb), lambda: batch(n_valid)),
-                "compaction_s": (lambda fb: boundary.forward_deepep(nothing, moe, x, fb), fresh),
+                "compaction_s": (lambda fb: hook(nothing, moe, x, fb), fresh),
                 "patched_s": (lambda fb: moe.forward_deepep(x, fb), fresh),
             }, device, args.repeats))
             row["net_speedup"] = row["moe_padded_s"] / row["patched_s"]
@@ -256,7 +277,7 @@ def run_full(args, device, dtype) -> dict:
             results.append(row)
         ident = batch(args.rows, ComputePaddingLayout.identity(args.rows))
         ident_s = timed({
-            "hook": (lambda fb: boundary.forward_deepep(nothing, moe, x, fb), lambda: ident),
+            "hook": (lambda fb: hook(nothing, moe, x, fb), lambda: ident),
             "body": (lambda fb: nothing(moe, x, fb), lambda: ident),
         }, device, args.identity_repeats)
         identity_overhead_s = max(ident_s["hook"] - ident_s["body"], 0.0)
@@ -268,7 +289,7 @@ def run_full(args, device, dtype) -> dict:
             try:
                 for fb in forwards:  # each a new forward: index preparation included
                     for _layer in range(2):
-                        boundary.forward_deepep(sync_free_body, moe, x, fb)
+                        hook(sync_free_body, moe, x, fb)
             finally:
                 torch.cuda.set_sync_debug_mode(0)
             torch.cuda.synchronize(device)

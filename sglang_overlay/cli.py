@@ -10,7 +10,7 @@ width), and every command that reports takes ``--json``.
 - ``status --url URL``: per process of a running local server, which patches are active.
 - ``process-hook --install | --check``: the ``.pth`` hook that enters processes SGLang
   starts without ``load_plugins()`` (tokenizer workers).
-- ``lock``: regenerate (or ``--check``) patches/upstream.lock from the installed upstream.
+- ``lock``: regenerate (or ``--check``) the installed release's lock, patches/pins/<version>/upstream.lock.
 - ``launch ARGS``: verify, then run SGLang's own server launcher with ARGS.
 - ``rebase-check --to VERSION | --wheel FILE``: would the patches survive another upstream?
 - ``gsm8k ARGS``: the GSM8K accuracy runner (scripts/gsm8k_eval.py).
@@ -33,11 +33,12 @@ import zipfile
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from rich.console import Console
 from rich.table import Table
 
 from sglang_overlay import __version__
-from sglang_overlay.core import fingerprint, lockfile, processes, settings
+from sglang_overlay.core import fingerprint, installed, lockfile, processes, settings
 from sglang_overlay.core.verify import installed_sglang_version, make_plan
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.core.registry import discover_patches
@@ -105,13 +106,18 @@ def _check_report(plan) -> dict:
     # the source form needs neither plugin nor process hook: they matter for patches the sources do not carry
     needs_runtime = any(p.id not in plan.source for p in plan.enabled)
     incomplete = Path(sys.prefix, ".sglang-overlay-incomplete").exists()
-    bad = [r for r in rows if r["enabled"] and r["fingerprint"] not in ("match", "source")]
-    ok = (not bad and plan.version_problem is None and not settings.source_applied() and not incomplete
-          and ((discoverable and hook is not None) or not needs_runtime))
+    # a release the overlay does not support: its targets are not checked, the version problem says it all
+    bad = [] if plan.version_problem else [r for r in rows if r["enabled"] and r["fingerprint"] not in ("match", "source")]
+    import_problem = None if plan.version_problem else installed.import_problem()
+    ok = (not bad and plan.version_problem is None and import_problem is None and not settings.source_applied()
+          and not incomplete and (discoverable or not needs_runtime)
+          and (hook is not None or not processes.unreached_patches(plan)))
     return {"ok": ok, "sglang": installed_sglang_version(), "pin": lockfile.read_pin().version,
+            "supported_pins": list(lockfile.pin_dirs()), "python": installed.running_python(),
             "source_form": sorted(plan.source), "plugin_discoverable": discoverable, "plugin": how,
             "process_hook": str(hook) if hook else None, "strict": settings.strict(),
-            "version_problem": plan.version_problem, "incomplete": incomplete, "targets": rows, "problems": bad}
+            "version_problem": plan.version_problem, "import_problem": import_problem, "incomplete": incomplete,
+            "targets": rows, "problems": bad}
 
 
 def run_check(as_json: bool = False) -> int:
@@ -144,8 +150,9 @@ def _print_check(report: dict) -> None:
     hook = report["process_hook"]
     console.print(f"process-start hook: {hook or '[red]NOT INSTALLED[/] (sglang-overlay process-hook --install)'}")
     console.print(f"strict: {'yes' if report['strict'] else 'no (' + settings.STRICT + '=0)'}")
-    if report["version_problem"]:
-        console.print(f"[red]{report['version_problem']}[/]")
+    for problem in (report["version_problem"], report["import_problem"]):
+        if problem:
+            console.print(f"[red]{problem}[/]")
     if report["incomplete"]:
         console.print(f"[red]{sys.prefix}: environment set-up did not finish; rerun scripts/apply_patches.sh[/]")
     if settings.source_applied():
@@ -204,24 +211,34 @@ def run_lock(wheel: str | None, check_only: bool, include_extra: bool, as_json: 
     # the installed release's own lock (patches/pins/<version>/ for a new pin), or the override
     target_path = lockfile.lock_path() if settings.lock_override() else lockfile.pin_dir(version) / lockfile.LOCK_NAME
     current = lockfile.read_lock(target_path) if target_path.exists() else None
-    template = current or lockfile.read_lock(lockfile.patches_dir() / lockfile.LOCK_NAME)
+    template = current or lockfile.read_lock(lockfile.pin_dir(lockfile.default_version()) / lockfile.LOCK_NAME)
     from sglang_overlay.core import source_form
 
     if source_form.applied_series():
         err_console.print("sglang-overlay lock: the installed sglang carries the diff series (source form); "
                           "fingerprints are taken from a pristine sglang (reinstall it, or use another environment)")
         return 1
-    if wheel:
-        wheel_name, wheel_sha = Path(wheel).name, lockfile.sha256_file(Path(wheel))
-    elif current and current["upstream"]["version"] == version:
-        wheel_name, wheel_sha = current["upstream"]["wheel"], current["upstream"]["wheel_sha256"]
-    else:
-        err_console.print(f"sglang-overlay lock: sglang {version} is not the locked version; pass --wheel FILE "
-                          "(pip download --no-deps sglang==VERSION) so the lock records its sha256")
+    wheels = dict(current["upstream"].get("wheels", {})) if current and current["upstream"]["version"] == version else {}
+    for path in map(Path, wheel or ()):  # one per CPython tag: sglang ships cp311, cp312, ... wheels
+        try:
+            name, found, _, tags = parse_wheel_filename(path.name)
+        except InvalidWheelFilename as exc:
+            err_console.print(f"sglang-overlay lock: {exc}")
+            return 1
+        if str(name) != "sglang" or str(found) != version:
+            err_console.print(f"sglang-overlay lock: {path.name} is not a wheel of the installed sglang {version}")
+            return 1
+        pythons = {f"{t.interpreter[2]}.{t.interpreter[3:]}" for t in tags if t.interpreter.startswith("cp")}
+        for python in pythons:
+            wheels[python] = {"file": path.name, "sha256": lockfile.sha256_file(path)}
+    if not wheels:
+        err_console.print(f"sglang-overlay lock: sglang {version} is not the locked version; pass --wheel FILE for "
+                          "each CPython it ships (pip download --no-deps sglang==VERSION --python-version 3.12 ...) "
+                          "so the lock records their sha256")
         return 1
-    # a new pin starts from the default pin's torch/Python fields: edit them in its lock (apply_patches.sh reads them)
-    pin = lockfile.Pin(**{**template["upstream"], "package": "sglang", "version": version,
-                          "wheel": wheel_name, "wheel_sha256": wheel_sha})
+    # a new pin starts from the default pin's torch fields: edit them in its lock (apply_patches.sh reads them)
+    upstream = {k: v for k, v in template["upstream"].items() if k in lockfile.Pin.__dataclass_fields__}
+    pin = lockfile.Pin(**{**upstream, "package": "sglang", "version": version, "wheels": dict(sorted(wheels.items()))})
     patches = [p for p in discover_patches(version) if include_extra or not p.extra]
     try:
         data = lockfile.build_lock(patches, pin, fingerprint.fingerprint_installed, fingerprint.installed_file_digest)
@@ -310,7 +327,7 @@ def run_series(write: bool, upstream: str | None, as_json: bool = False) -> int:
     if package_dir is None or not package_dir.is_dir():
         err_console.print(f"sglang-overlay series: no sglang package at {package_dir}")
         return 2
-    patches_dir = lockfile.default_lock_path().parent  # the pin's folder: patches/ or patches/pins/<version>/
+    patches_dir = lockfile.default_lock_path().parent  # the pin folder patches/pins/<version>/
     try:
         files = series_diff.generate(package_dir)
     except (series_diff.SeriesError, fingerprint.TargetNotFound, OSError) as exc:
@@ -318,7 +335,7 @@ def run_series(write: bool, upstream: str | None, as_json: bool = False) -> int:
         return 1
     readme = lockfile.patches_dir().parent / "README.md"
     series = [p for p in discover_patches(lockfile.read_pin().version) if not p.extra]
-    default_pin = patches_dir == lockfile.patches_dir()  # the README's tables describe the default pin
+    default_pin = patches_dir == lockfile.pin_dir(lockfile.default_version())  # the README tables: the default pin
     try:
         readme_now = readme.read_text(encoding="utf-8") if readme.is_file() and default_pin else None
         readme_new = series_diff.readme_with_block(readme_now, series) if readme_now is not None else None
@@ -444,8 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     command("check", "verify every patch against the installed upstream")
-    p = command("lock", "regenerate patches/upstream.lock from the installed upstream")
-    p.add_argument("--wheel", help="the pinned wheel file, to record its sha256 (needed for a new version)")
+    p = command("lock", "regenerate patches/pins/<version>/upstream.lock from the installed upstream")
+    p.add_argument("--wheel", action="append", help="a wheel of the installed sglang, to record its sha256 for its "
+                   "Python (repeat for each CPython; needed for a new version)")
     p.add_argument("--check", action="store_true", help="compare only; exit 1 when the lock differs")
     p.add_argument("--include-extra", action="store_true", help=f"also lock patches from {settings.EXTRA_PATCHES}")
     p = command("rebase-check", "report which targets another upstream release changed")

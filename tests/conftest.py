@@ -45,11 +45,33 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+# SGLANG_OVERLAY_TEST_INSTALLED=1: fresh interpreters and real servers run the overlay installed in this
+# environment (a wheel, as users install it) instead of this checkout's sources; CI sets it where it
+# installs the built wheel into an environment the project's script did not build.
+INSTALLED_ENV = "SGLANG_OVERLAY_TEST_INSTALLED"
+
+
+def overlay_under_test() -> str:
+    """"installed" or "checkout": which copy of the overlay fresh interpreters and servers import."""
+    return "installed" if os.environ.get(INSTALLED_ENV, "").strip() in ("1", "true", "yes") else "checkout"
+
+
+def overlay_path() -> list[str]:
+    """What goes first on PYTHONPATH for the overlay under test (nothing for the installed one)."""
+    return [str(REPO)] if overlay_under_test() == "checkout" else []
+
+
+def overlay_cwd() -> Path:
+    """Where fresh interpreters start: the checkout, unless the installed overlay is under test (``python -m``
+    and ``-c`` put their working directory first on sys.path, where the checkout would shadow it)."""
+    return REPO if overlay_under_test() == "checkout" else Path.home()
+
+
 def subprocess_env(**extra: str) -> dict:
-    """Environment for a fresh interpreter running the overlay from this checkout."""
+    """Environment for a fresh interpreter running the overlay under test (this checkout, by default)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY_")}
     env.pop("SGLANG_PLUGINS", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*overlay_path(), env.get("PYTHONPATH", "")]))
     env["HF_HUB_OFFLINE"] = "1"
     env.update(extra)
     return env
@@ -126,5 +148,6 @@ def pytest_report_header(config):
     from tests.support.series_forms import current_form
 
     full = full_gsm8k_dir()
-    return [f"sglang-overlay form: {current_form()}, installed sglang {_installed_sglang()}",
+    return [f"sglang-overlay form: {current_form()}, installed sglang {_installed_sglang()}, "
+            f"fresh interpreters run the {overlay_under_test()} overlay",
             f"full GSM8K splits: {full or 'none here (tests that need them are skipped)'}"]

@@ -50,8 +50,8 @@ def module_source_path(module: str) -> Path:
             return found
     try:
         spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as exc:
-        raise TargetNotFound(f"module {module!r} cannot be located: {exc}") from exc
+    except Exception as exc:  # finding a dotted name imports its parents; a broken install fails there, any way
+        raise TargetNotFound(f"module {module!r} cannot be located (importing its package fails: {exc!r})") from exc
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         raise TargetNotFound(f"module {module!r} not found (or has no Python source)")
     return Path(spec.origin)

@@ -246,7 +246,7 @@ def apply(lock_path=None, role: str | None = None, announce: bool = True) -> dic
         if not _STATE.started:
             started = time.perf_counter()
             try:
-                _apply_unlocked(lock_path)
+                _apply_unlocked(lock_path, role)
             finally:
                 _STATE.apply_s = time.perf_counter() - started
         current = status()
@@ -263,7 +263,7 @@ def deferred_finder():
     return _STATE.finder
 
 
-def _apply_unlocked(lock_path) -> None:
+def _apply_unlocked(lock_path, role: str | None = None) -> None:
     """apply() under _LOCK, once per process."""
     if settings.source_applied():
         _STATE.started = True
@@ -273,7 +273,7 @@ def _apply_unlocked(lock_path) -> None:
     if plan.version_problem:
         raise OverlayError(plan.version_problem)
     try:
-        processes.require_process_hook(plan)
+        processes.require_process_hook(plan, role)
     except OverlayError as exc:
         if settings.strict():
             raise

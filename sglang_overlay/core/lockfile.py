@@ -1,97 +1,104 @@
-"""patches/upstream.lock: the upstream pin and every hooked target's fingerprint.
+"""The pins: each supported upstream release's lock, one folder each, and which one is the default.
 
-The lock is the one place the pin lives: the package, scripts/apply_patches.sh
-and the tests all read it. ``patches/upstream.lock`` is the default pin;
-each other supported upstream release has its own folder
-``patches/pins/<version>/`` (its lock, and its series once generated). In a
-process the lock is the one whose version is the installed sglang's, else the
-default (whose version check then names every supported pin). JSON, sorted, one
-target per entry::
+Every supported release has a folder ``patches/pins/<version>/`` holding its ``upstream.lock`` (and its
+diff series); ``patches/pins/default`` names the default pin in one line. In a process the lock is the
+one whose version is the installed sglang's, else the default's (whose version check then names every
+supported pin). JSON, sorted, one target per entry::
 
-    {"upstream": {"package": "sglang", "version": "0.5.20", "wheel": ..., "wheel_sha256": ...,
-                  "torch": "2.13.0", "torchvision": "0.28.0", "python": "3.11"},
+    {"upstream": {"package": "sglang", "version": "0.5.23", "torch": "2.14.1", "torchvision": "0.29.1",
+                  "torch_pip": "config",
+                  "wheels": {"3.11": {"file": "sglang-0.5.23-cp311-...whl", "sha256": "..."}, "3.12": {...}}},
      "modules": {"<module>": "sha256:<seal: the file's digest bound to its targets' fingerprints>"},
      "targets": {"<module>.<qualname>": {"patch": id, "module": ..., "qualname": ...,
                                          "hook_type": "AROUND", "fingerprint": "sha256:..."}}}
 
-``sglang-overlay lock`` regenerates it from the installed upstream.
+``wheels`` has one entry per CPython upstream ships that release for (sglang carries Rust extensions, so
+one wheel per tag; their Python sources are byte-identical, so one set of fingerprints serves them all).
+``sglang-overlay lock`` regenerates a lock from the installed upstream.
 
-Invariants: the lock is the only place the pin lives; JSON sorted, so regenerating an unchanged
-upstream is byte-identical; a hand-edited fingerprint breaks its module's seal; a pin folder is
-named by its lock's version. Cost: one small JSON read per process, plus one metadata lookup of the
-installed sglang version and a listing of ``patches/pins/``.
+Invariants: the lock is the only place a pin lives; JSON sorted, so regenerating an unchanged upstream
+is byte-identical; a hand-edited fingerprint breaks its module's seal; a pin folder is named by its
+lock's version. Cost: one small JSON read per process, one metadata lookup of the installed sglang
+version and a listing of ``patches/pins/``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from sglang_overlay.core import settings
+from packaging.version import InvalidVersion, Version
+
+from sglang_overlay.core import installed, settings
 from sglang_overlay.core.introspection import sha256_tag
 
 LOCK_NAME = "upstream.lock"
 PINS_DIR = "pins"
+DEFAULT_FILE = "default"  # patches/pins/default: the default pin's version, one line
 
 
 @dataclass(frozen=True)
 class Pin:
     package: str
     version: str
-    wheel: str
-    wheel_sha256: str
     torch: str
     torchvision: str
-    python: str
+    wheels: dict = field(default_factory=dict)  # python "3.12" -> {"file": wheel file name, "sha256": hex}
     torch_pip: str = "isolated"  # how apply_patches.sh installs torch: "isolated" or "config" (this host's index)
+
+    @property
+    def pythons(self) -> tuple[str, ...]:
+        """The CPython versions this release ships a wheel for (and the lock records), oldest first."""
+        return tuple(sorted(self.wheels, key=Version))
+
+    def wheel_for(self, python: str) -> dict | None:
+        """The locked wheel (``file``, ``sha256``) for CPython ``python`` ("3.12"), None when none is locked."""
+        return self.wheels.get(python)
 
 
 def patches_dir() -> Path:
-    """The series folder: ``patches/`` of the source checkout this package runs from, else the copy
-    a built wheel ships as ``sglang_overlay.series``."""
+    """The folder of descriptions and pins: ``patches/`` of the source checkout this package runs from,
+    else the copy a built wheel ships as ``sglang_overlay.series``."""
     checkout = Path(__file__).resolve().parents[2] / "patches"
-    if (checkout / LOCK_NAME).is_file():
+    if (checkout / PINS_DIR / DEFAULT_FILE).is_file():
         return checkout
     return Path(str(resources.files("sglang_overlay.series")))
 
 
-def _default_version(base: Path) -> str:
-    return read_lock(base / LOCK_NAME)["upstream"]["version"]
+def default_version(base: Path | None = None) -> str:
+    """The default pin's version (``patches/pins/default``)."""
+    path = (base or patches_dir()) / PINS_DIR / DEFAULT_FILE
+    return path.read_text(encoding="utf-8").strip()
+
+
+def _version_key(name: str):
+    try:
+        return (0, Version(name))
+    except InvalidVersion:
+        return (1, name)
 
 
 def pin_dirs() -> dict[str, Path]:
-    """Every supported upstream release -> its folder: ``patches/`` for the default pin, then
-    ``patches/pins/<version>/`` for each other one."""
-    base = patches_dir()
-    found = {_default_version(base): base}
-    pins = base / PINS_DIR
-    for folder in sorted(pins.iterdir()) if pins.is_dir() else ():
-        if (folder / LOCK_NAME).is_file():
-            found.setdefault(folder.name, folder)
-    return found
+    """Every supported upstream release -> its folder ``patches/pins/<version>/``, oldest first."""
+    pins = patches_dir() / PINS_DIR
+    folders = [f for f in pins.iterdir() if (f / LOCK_NAME).is_file()] if pins.is_dir() else []
+    return {f.name: f for f in sorted(folders, key=lambda f: _version_key(f.name))}
 
 
 def pin_dir(version: str) -> Path:
-    """The folder of ``version``'s pin, existing or not (``patches/pins/<version>/`` unless default)."""
-    base = patches_dir()
-    if _default_version(base) == version:
-        return base
-    return base / PINS_DIR / version
+    """The folder of ``version``'s pin, existing or not."""
+    return patches_dir() / PINS_DIR / version
 
 
 def default_lock_path() -> Path:
-    """The lock of the pin the installed sglang matches, else the default pin's
-    (``patches/upstream.lock``)."""
-    from sglang_overlay.core.verify import installed_sglang_version
-
-    installed = installed_sglang_version()
-    base = patches_dir()
-    if installed is None or installed == _default_version(base):
-        return base / LOCK_NAME  # the default pin: no listing of patches/pins/
-    return pin_dirs().get(installed, base) / LOCK_NAME
+    """The lock of the pin the installed sglang matches, else the default pin's."""
+    version = installed.installed_sglang_version()
+    if version is not None and (pin_dir(version) / LOCK_NAME).is_file():
+        return pin_dir(version) / LOCK_NAME
+    return pin_dir(default_version()) / LOCK_NAME
 
 
 def lock_path() -> Path:

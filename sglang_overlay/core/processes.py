@@ -6,16 +6,18 @@ started by uvicorn/granian from the import string
 ``sglang.srt.entrypoints.http_server:app`` and never call it, so a plugin alone is
 silently absent there. The overlay therefore enters child processes the way
 coverage.py measures subprocesses: a one-line ``.pth`` file in site-packages
-(:data:`PTH_NAME`, installed by ``scripts/apply_patches.sh`` or
-``sglang-overlay process-hook --install``) runs at every interpreter start and does
-nothing unless :data:`settings.PROCESS_START` is set. A process where the overlay
+(:data:`PTH_NAME`, shipped in the wheel; ``sglang-overlay process-hook --install`` for an
+editable install) runs at every interpreter start and does nothing unless
+:data:`settings.PROCESS_START` is set. A process where the overlay
 applied sets it, so only its descendants react; there, :class:`_TargetImportTrigger`
 applies the overlay at the first import of a patch-target module (before that
 module executes), and nowhere else. A process that never imports a target module
 (the detokenizer in 0.5.20) is left alone: it runs no patched code.
 
-Where the hook is missing, start-up refuses under strict mode (``require_process_hook``),
-naming the processes and the patches: silent partial patching is what this rules out.
+Where the hook is missing, start-up refuses under strict mode (``require_process_hook``) where
+such a process could run a patch unpatched (a launch that asks for tokenizer workers, or does not
+say, with a patch of the HTTP process enabled), naming the processes and the patches: silent
+partial patching is what this rules out.
 
 Visibility: each process where hooks are active logs ONE INFO line
 (``sglang-overlay: active pid=... role=... patches=... fingerprints=...``) through its
@@ -49,10 +51,18 @@ from sglang_overlay.core import settings
 logger = logging.getLogger("sglang_overlay")
 
 PTH_NAME = "sglang_overlay_process_start.pth"
+# Shipped in the wheel (setup.py writes this line into the wheel's root, so pip's RECORD lists it: uninstall
+# removes it, an upgrade replaces it). The import is guarded as coverage.py guards its own: a file left
+# behind by a hand install never breaks an interpreter, marked or not.
 PTH_LINE = (
-    "import os; os.environ.get('SGLANG_OVERLAY_PROCESS_START') and "
-    "__import__('sglang_overlay.core.processes', fromlist=['_']).on_interpreter_start()\n"
+    "import os; exec(\"try:\\n if os.environ.get('SGLANG_OVERLAY_PROCESS_START'):\\n"
+    "  from sglang_overlay.core.processes import on_interpreter_start; on_interpreter_start()\\n"
+    "except ImportError:\\n pass\")\n"
 )
+# SGLang starts these without load_plugins(): uvicorn/granian spawn them from an import string and they run
+# the HTTP app, so a patch of the HTTP process (role "http" or "any") would run unpatched there.
+NO_PLUGIN_ROLES = ("http", "any")
+_LAUNCHER_ROLES = ("http", "engine", "main")  # the processes that start tokenizer workers
 _ROLE_BY_CALLER = {  # the function that called load_plugins() -> the process it runs in
     "run_scheduler_process": "scheduler",
     "run_detokenizer_process": "detokenizer",
@@ -96,21 +106,56 @@ def install_process_hook(directory: Path | None = None) -> Path:
     return path
 
 
-def require_process_hook(plan) -> None:
-    """Strict: refuse to start when child processes SGLang starts without ``load_plugins()`` could
-    run an enabled patch's targets unpatched (no ``.pth`` hook in this environment)."""
+def unreached_patches(plan) -> list[str]:
+    """Enabled runtime patches that would run in processes SGLang starts without ``load_plugins()``."""
+    return [p.id for p in plan.enabled if p.id not in plan.source and p.role in NO_PLUGIN_ROLES]
+
+
+def tokenizer_workers_requested(argv: list[str] | None = None) -> int | None:
+    """How many tokenizer workers this launch asks for, read from SGLang's own command line
+    (``--tokenizer-worker-num N``); 1 when the command line is SGLang's launcher without the flag;
+    None when it cannot be told (a ``--config`` file, or a program that embeds SGLang)."""
+    argv = list(sys.argv if argv is None else argv)
+    args = argv[1:]
+    for i, arg in enumerate(args):
+        if arg == "--tokenizer-worker-num" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--tokenizer-worker-num="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        try:
+            return int(value)
+        except ValueError:
+            return None  # SGLang refuses it itself
+    if "--config" in args or any(a.startswith("--config=") for a in args):
+        return None
+    launcher = argv[0] if argv else ""
+    if launcher.endswith(("launch_server.py", "/sglang", "sglang-overlay")):
+        return 1
+    return None
+
+
+def require_process_hook(plan, role: str | None = None, argv: list[str] | None = None) -> None:
+    """Strict: refuse to start when a process SGLang starts without ``load_plugins()`` could run an enabled
+    patch's targets unpatched: no ``.pth`` hook in this environment, a patch of the HTTP process enabled,
+    and this process one that starts tokenizer workers with more than one asked for (or unknown)."""
     if process_hook_path() is not None or os.environ.get(settings.PROCESS_START):
         return
-    runtime = [p.id for p in plan.enabled if p.id not in plan.source]
-    if not runtime:
+    at_risk = unreached_patches(plan)
+    if not at_risk or (role is not None and role not in _LAUNCHER_ROLES):
+        return  # schedulers, detokenizers and DP controllers start no tokenizer worker
+    workers = tokenizer_workers_requested(argv)
+    if workers == 1:
         return
     from sglang_overlay.errors import OverlayError
 
+    asked = f"--tokenizer-worker-num {workers}" if workers else "possibly more than one, not told by the command line"
     raise OverlayError(
-        f"the process-start hook ({PTH_NAME}) is not installed in {site_dirs()[0]}: SGLang starts tokenizer "
-        "workers (--tokenizer-worker-num > 1) without load_plugins(), so patches "
-        f"{runtime} would be silently absent there. Install it: sglang-overlay process-hook --install "
-        "(scripts/apply_patches.sh does), or apply the source form of the series."
+        f"the process-start hook ({PTH_NAME}) is not in {site_dirs()[0]}: SGLang would start the tokenizer worker "
+        f"processes ({asked}) without load_plugins(), and patch(es) {at_risk} would run unpatched there. "
+        "Reinstall the overlay non-editable (pip install sglang-overlay: the wheel carries the hook), "
+        "or write it: sglang-overlay process-hook --install."
     )
 
 
@@ -237,7 +282,7 @@ def write_record(status: dict) -> None:
     record = {"pid": os.getpid(), "ppid": os.getppid(), "role": _ANNOUNCED.get("role") or process_role(),
               "applied": status["applied"], "pending_modules": status["pending_modules"],
               "pending_patches": status["pending_patches"], "skipped": status["skipped"],
-              "source_form": status["source_form"]}
+              "source_form": status["source_form"], "overlay_file": str(Path(__file__).resolve().parents[1])}
     directory = status_dir()
     with _WRITE_LOCK:
         if _LAST_WRITTEN.get(os.getpid()) == record and (directory / f"{os.getpid()}.json").is_file():

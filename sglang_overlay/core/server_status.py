@@ -110,7 +110,7 @@ def server_status(url: str) -> dict:
         row = {"pid": proc.pid, "title": title, "overlay": record is not None, "expected": expected, "role": role,
                "patches": sorted(set((record or {}).get("applied", {})) | set((record or {}).get("pending_patches", []))),
                "applied": (record or {}).get("applied", {}), "pending_modules": (record or {}).get("pending_modules", []),
-               "skipped": (record or {}).get("skipped", {})}
+               "skipped": (record or {}).get("skipped", {}), "overlay_file": (record or {}).get("overlay_file")}
         row["ok"] = (record is not None and not row["skipped"]) if expected else not row["skipped"]
         rows.append(row)
     return {"url": url, "port": port, "ok": all(r["ok"] for r in rows), "processes": rows}

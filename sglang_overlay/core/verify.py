@@ -18,13 +18,13 @@ parsed (one sha256 of the file); any other is parsed once per target.
 from __future__ import annotations
 
 import enum
-import importlib.metadata
+import sys
 from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
 from sglang_overlay import __version__
-from sglang_overlay.core import fingerprint, lockfile, settings, source_form
+from sglang_overlay.core import fingerprint, installed, lockfile, settings, source_form
 from sglang_overlay.core.registry import Patch, Target, discover_patches
 from sglang_overlay.errors import OverlayError
 
@@ -102,27 +102,28 @@ def target_status(patch: Patch, target: Target, lock: dict) -> TargetStatus:
 
 
 def installed_sglang_version() -> str | None:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed.installed_sglang_version()
+
+
+def _supported() -> str:
+    return ", ".join(f"sglang=={v}" for v in lockfile.pin_dirs())
 
 
 def version_problem(pin: lockfile.Pin) -> str | None:
     """None when the installed sglang is the pinned one (or the user opted out)."""
-    found = installed_sglang_version()
+    found = installed.installed_sglang_version()
     if found is None:
-        return f"sglang-overlay {__version__} is pinned to sglang=={pin.version}, found no sglang installed"
+        return (f"sglang-overlay {__version__} found no sglang installed in this environment "
+                f"({sys.prefix}); supported pins: {_supported()}. Install one first (pip install sglang==VERSION).")
     try:
         same = Version(found) == Version(pin.version)
     except InvalidVersion:
         same = False
     if same or settings.allow_unpinned():
         return None
-    supported = ", ".join(f"sglang=={v}" for v in lockfile.pin_dirs())
     return (
-        f"sglang-overlay {__version__} is pinned to sglang=={pin.version}, found {found} "
-        f"(supported pins: {supported}). Install a pin (scripts/apply_patches.sh [--upstream VERSION]), "
+        f"sglang-overlay {__version__} does not support the installed sglang {found}: its lock pins "
+        f"sglang=={pin.version} (supported pins: {_supported()}). Install a supported sglang (pip install sglang==VERSION), "
         f"or set {settings.ALLOW_UNPINNED}=1 to run on another version (per-target fingerprints are still enforced)."
     )
 
@@ -165,6 +166,9 @@ def make_plan(lock: dict | None = None) -> Plan:
         if patch.id not in disabled:
             for knob in patch.knobs:
                 knob.read()  # a malformed value refuses start-up here, before anything is hooked
+    problem = version_problem(pin)
+    if problem is not None:  # another release's sources: their fingerprints would say nothing (nor parse, maybe)
+        return Plan(patches, {}, disabled, problem)
     source = source_form.applied_series()
     shipped: dict = {}
     finals: dict = {}
@@ -181,7 +185,7 @@ def make_plan(lock: dict | None = None) -> Plan:
             statuses[p.id] = _source_statuses(p, source[p.id], lock, shipped.get(p.id), finals)
         else:
             statuses[p.id] = [target_status(p, t, lock) for t in p.targets]
-    return Plan(patches, statuses, disabled, version_problem(pin), source)
+    return Plan(patches, statuses, disabled, None, source)
 
 
 def _source_statuses(patch: Patch, record: dict, lock: dict, shipped: dict | None, finals: dict) -> list[TargetStatus]:

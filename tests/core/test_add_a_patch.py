@@ -130,9 +130,11 @@ def test_adding_a_patch_takes_its_folder_and_its_description(copy):
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
     regenerated = changed(copy) - written_by_hand
-    pin = PIN_FOLDER  # the installed pin's folder: patches/ (default pin) or patches/pins/<version>/
+    from sglang_overlay.core import lockfile
+
+    pin = PIN_FOLDER  # the installed pin's folder: patches/pins/<version>/
     new_patch = f"{pin}/{position:04d}-demo-added.patch"
-    readme = {"README.md"} if pin == "patches" else set()  # its tables describe the default pin
+    readme = {"README.md"} if pin == f"patches/pins/{lockfile.default_version()}" else set()  # the default pin's tables
     assert regenerated == {f"{pin}/upstream.lock", f"{pin}/series", new_patch} | readme, regenerated
     assert git(copy, "diff", "--", f"{pin}/0001-cp-hicache-owner-lanes.patch") == ""  # nothing renumbered
     if readme:

@@ -18,7 +18,7 @@ from tests.core.test_overlay_plugin import DEMO, DEMO_TARGET, demo_env, demo_loc
 
 
 def test_installed_upstream_matches_the_lock():
-    """Fails when the installed upstream is not what patches/upstream.lock records."""
+    """Fails when the installed upstream is not what its pin's lock records."""
     proc = run_cli("lock", "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     pin = lockfile.read_pin()
@@ -133,12 +133,14 @@ def test_rebase_check_reports_unchanged_changed_and_missing(demo_lock, tmp_path)
 
 def test_apply_script_reads_the_pin_from_the_lock():
     script = str(REPO / "scripts" / "apply_patches.sh")
-    for version, folder in lockfile.pin_dirs().items():  # no --upstream: the default pin (patches/upstream.lock)
-        extra = [] if folder == lockfile.patches_dir() else ["--upstream", version]
-        out = subprocess.run([script, "--print-pin", *extra], capture_output=True, text=True, check=True).stdout
+    python = "%d.%d" % sys.version_info[:2]
+    for version, folder in [(None, lockfile.pin_dir(lockfile.default_version())), *lockfile.pin_dirs().items()]:
+        extra = ["--upstream", version] if version else []  # none: the default pin (patches/pins/default)
+        out = subprocess.run([script, "--print-pin", "--python", sys.executable, *extra], capture_output=True,
+                             text=True, check=True).stdout
         pin = lockfile.read_pin(folder / lockfile.LOCK_NAME)
-        assert f"sglang=={pin.version} torch=={pin.torch} torchvision=={pin.torchvision}" in out
-        assert pin.wheel_sha256 in out
+        assert f"sglang=={pin.version} torch=={pin.torch} torchvision=={pin.torchvision} python {python}" in out
+        assert f"wheel {pin.wheels[python]['file']} sha256 {pin.wheels[python]['sha256']}" in out
 
 
 def test_apply_script_refuses_unsupported_python_and_unknown_flags(tmp_path):
@@ -147,7 +149,8 @@ def test_apply_script_refuses_unsupported_python_and_unknown_flags(tmp_path):
     fake.chmod(0o755)
     proc = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--python", str(fake), "--venv", str(tmp_path / "v")],
                           capture_output=True, text=True)
-    assert proc.returncode == 1 and "Python 3.9 is not supported" in proc.stderr
+    assert proc.returncode == 1 and "Python 3.9 (" in proc.stderr and "is not supported" in proc.stderr
+    assert "records wheels for Python 3.11 3.12" in proc.stderr
     assert not (tmp_path / "v").exists()
     proc = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--bogus"], capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown argument '--bogus'" in proc.stderr
@@ -162,7 +165,7 @@ def test_local_only_material_is_ignored(path):
     assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 0, path
 
 
-@pytest.mark.parametrize("path", ["sglang_overlay/cli.py", "patches/upstream.lock", "scripts/apply_patches.sh"])
+@pytest.mark.parametrize("path", ["sglang_overlay/cli.py", "patches/pins/0.5.23/upstream.lock", "scripts/apply_patches.sh"])
 def test_project_files_are_not_ignored(path):
     assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 1, path
 
@@ -194,6 +197,8 @@ def test_every_subpackage_ships_in_a_built_wheel(tmp_path):
     on_disk = {p.relative_to(REPO).as_posix() for root in ("sglang_overlay", "sglang_overlay_gsm8k")
                for p in (REPO / root).rglob("*.py") if "__pycache__" not in p.parts}
     assert on_disk <= names, sorted(on_disk - names)
-    series = {f"sglang_overlay/series/{p.name}" for p in (REPO / "patches").iterdir()
-              if p.name in ("upstream.lock", "series") or p.suffix in (".md", ".patch")}
+    series = {f"sglang_overlay/series/{p.relative_to(REPO / 'patches').as_posix()}"
+              for p in (REPO / "patches").rglob("*") if p.is_file()
+              and (p.name in ("upstream.lock", "series", "default") or p.suffix in (".md", ".patch"))}
     assert series and series <= names, sorted(series - names)
+    assert "sglang_overlay/series/pins/default" in names and "sglang_overlay_process_start.pth" in names

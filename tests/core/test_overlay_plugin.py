@@ -199,7 +199,7 @@ def test_wrong_sglang_version_refuses_unless_opted_out(demo_lock, tmp_path):
     lock = lock_with(demo_lock, tmp_path, lambda d: d["upstream"].update(version=other))
     proc = run_python(LOAD_ONLY, **demo_env(lock))
     assert proc.returncode == 1
-    assert f"sglang-overlay 0.1.0 is pinned to sglang=={other}, found {found}" in proc.stderr
+    assert f"sglang-overlay 0.1.0 does not support the installed sglang {found}: its lock pins sglang=={other}" in proc.stderr
     proc = run_python(LOAD_ONLY, **demo_env(lock, SGLANG_OVERLAY_ALLOW_UNPINNED="1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "demo-radix-key" in proc.stdout

@@ -1,4 +1,5 @@
-"""Supported pins: one lock and series per upstream release, chosen by the installed sglang.
+"""Supported pins: one folder per upstream release (lock and series), chosen by the installed sglang;
+``patches/pins/default`` names the default in one line.
 
 Pin-independent (runs under any installed sglang): reads the committed locks and the registry,
 never imports upstream. The pin's own behaviour is in ``tests/*/test_v0_5_23*.py``.
@@ -11,31 +12,70 @@ import subprocess
 
 import pytest
 
-from sglang_overlay.core import lockfile, verify
+from sglang_overlay.core import installed, lockfile, verify
 from sglang_overlay.core.registry import ANY_UPSTREAM, Patch, Target, discover_patches
 from tests.conftest import REPO
 
-PINS = {"0.5.20": REPO / "patches", "0.5.23": REPO / "patches" / "pins" / "0.5.23"}
+PINS = {"0.5.20": REPO / "patches" / "pins" / "0.5.20", "0.5.23": REPO / "patches" / "pins" / "0.5.23"}
+DEFAULT = "0.5.23"
 
 
-def test_the_supported_pins_are_the_default_and_each_pins_folder():
-    assert lockfile.pin_dirs() == PINS
-    assert lockfile.pin_dir("0.5.20") == PINS["0.5.20"] and lockfile.pin_dir("0.5.99") == REPO / "patches/pins/0.5.99"
+def test_the_supported_pins_are_the_folders_and_the_default_is_one_line():
+    assert lockfile.pin_dirs() == PINS and list(lockfile.pin_dirs()) == ["0.5.20", "0.5.23"]  # oldest first
+    assert lockfile.pin_dir("0.5.99") == REPO / "patches/pins/0.5.99"
+    assert (REPO / "patches/pins/default").read_text() == DEFAULT + "\n" and lockfile.default_version() == DEFAULT
 
 
-@pytest.mark.parametrize("installed, lock", [("0.5.20", "0.5.20"), ("0.5.23", "0.5.23"), ("0.5.99", "0.5.20"),
-                                             (None, "0.5.20")])  # fmt: skip
-def test_the_lock_is_the_installed_releases_else_the_default(monkeypatch, installed, lock):
-    monkeypatch.setattr(verify, "installed_sglang_version", lambda: installed)
+def test_changing_the_default_is_one_line(tmp_path, monkeypatch):
+    """A copy of patches/ whose default file names the older pin: that pin becomes the default everywhere."""
+    import shutil
+
+    copy = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", copy)
+    (copy / "pins" / "default").write_text("0.5.20\n")
+    monkeypatch.setattr(lockfile, "patches_dir", lambda: copy)
+    monkeypatch.setattr(installed, "installed_sglang_version", lambda: None)
+    assert lockfile.default_version() == "0.5.20"
+    assert lockfile.default_lock_path() == copy / "pins" / "0.5.20" / "upstream.lock"
+
+
+@pytest.mark.parametrize("version, lock", [("0.5.20", "0.5.20"), ("0.5.23", "0.5.23"), ("0.5.99", DEFAULT),
+                                           (None, DEFAULT)])  # fmt: skip
+def test_the_lock_is_the_installed_releases_else_the_default(monkeypatch, version, lock):
+    monkeypatch.setattr(installed, "installed_sglang_version", lambda: version)
     assert lockfile.default_lock_path() == PINS[lock] / "upstream.lock"
     assert lockfile.read_pin().version == lock
 
 
-def test_another_release_is_refused_naming_every_supported_pin(monkeypatch):
-    monkeypatch.setattr(verify, "installed_sglang_version", lambda: "0.5.99")
+def test_another_release_is_refused_naming_it_and_every_supported_pin(monkeypatch):
+    monkeypatch.setattr(installed, "installed_sglang_version", lambda: "0.5.22")
     message = verify.version_problem(lockfile.read_pin())
-    assert "pinned to sglang==0.5.20, found 0.5.99" in message
-    assert "supported pins: sglang==0.5.20, sglang==0.5.23" in message and "--upstream VERSION" in message
+    assert "does not support the installed sglang 0.5.22" in message
+    assert "supported pins: sglang==0.5.20, sglang==0.5.23" in message
+
+
+@pytest.mark.parametrize("pin", sorted(PINS))
+def test_each_pins_lock_records_a_wheel_and_its_sha256_for_each_python(pin):
+    """sglang ships one wheel per CPython tag (Rust extensions): the lock has each, named for its tag."""
+    wheels = lockfile.read_pin(PINS[pin] / "upstream.lock").wheels
+    assert {"3.11", "3.12"} <= set(wheels), wheels
+    for python, entry in wheels.items():
+        tag = "cp" + python.replace(".", "")
+        assert entry["file"] == f"sglang-{pin}-{tag}-{tag}-manylinux_2_34_x86_64.whl", entry
+        assert len(entry["sha256"]) == 64 and int(entry["sha256"], 16) >= 0
+    assert len({e["sha256"] for e in wheels.values()}) == len(wheels)
+
+
+def test_requires_python_covers_exactly_the_pythons_every_pin_ships_a_wheel_for():
+    import tomllib
+
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"])
+    shipped = set.intersection(*(set(lockfile.read_pin(d / "upstream.lock").wheels) for d in PINS.values()))
+    for minor in range(8, 16):
+        python = f"3.{minor}"
+        assert spec.contains(python + ".0") == (python in shipped), (python, str(spec), shipped)
 
 
 @pytest.mark.parametrize("pin", sorted(PINS))
@@ -63,7 +103,7 @@ def test_each_release_gets_its_own_implementation_of_a_hooked_method():
 
 
 def test_discovery_defaults_to_the_pin_in_use(monkeypatch):
-    monkeypatch.setattr(verify, "installed_sglang_version", lambda: "0.5.23")
+    monkeypatch.setattr(installed, "installed_sglang_version", lambda: "0.5.23")
     assert {t.path for p in discover_patches() for t in p.targets} == \
         {t.path for p in discover_patches("0.5.23") for t in p.targets}
     assert not any("HiRadixCache" in t.path for p in discover_patches() for t in p.targets)
@@ -80,13 +120,58 @@ def run_apply(*args):
     return subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), *args], capture_output=True, text=True)
 
 
-def test_apply_patches_reads_the_second_pin():
-    proc = run_apply("--upstream", "0.5.23", "--print-pin")
+def test_apply_patches_reads_the_older_pin():
+    proc = run_apply("--upstream", "0.5.20", "--print-pin")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("sglang==0.5.23 torch==2.14.1 torchvision==0.29.1 python==3.11")
+    assert proc.stdout.startswith("sglang==0.5.20 torch==2.13.0 torchvision==0.28.0 python 3.")
 
 
 def test_apply_patches_refuses_an_unsupported_pin_and_names_the_supported_ones():
     proc = run_apply("--upstream", "0.5.99", "--print-pin")
     assert proc.returncode == 1
     assert "sglang==0.5.99 is not a supported pin (supported: 0.5.20 0.5.23" in proc.stderr
+
+
+def test_an_unsupported_release_is_not_fingerprinted(monkeypatch):
+    """Another release's sources say nothing about the pinned fingerprints, and a broken install may not even
+    be locatable (finding a dotted module imports its package): the plan stops at the version."""
+    from sglang_overlay.core import fingerprint
+
+    def never(*_):
+        raise AssertionError("fingerprinted an unsupported release")
+
+    monkeypatch.setattr(installed, "installed_sglang_version", lambda: "0.5.22")
+    monkeypatch.setattr(fingerprint, "fingerprint_installed", never)
+    monkeypatch.setattr(fingerprint, "installed_file_digest", never)
+    plan = verify.make_plan()
+    assert plan.statuses == {} and "does not support the installed sglang 0.5.22" in plan.version_problem
+
+
+def test_a_dotted_module_whose_package_does_not_import_is_missing_not_a_traceback(monkeypatch):
+    from sglang_overlay.core import fingerprint
+
+    def broken(name, *a, **k):
+        raise KeyError("sglang")  # what importlib raises when a parent package failed half-way
+
+    monkeypatch.setattr(fingerprint, "_file_under_top_level", lambda *a: None)
+    monkeypatch.setattr(fingerprint.importlib.util, "find_spec", broken)
+    with pytest.raises(fingerprint.TargetNotFound, match="importing its package fails"):
+        fingerprint.module_source_path("sglang.srt.managers.tokenizer_manager")
+
+
+def test_check_is_not_ok_when_the_installed_sglang_does_not_import(monkeypatch):
+    from sglang_overlay import cli
+
+    real = installed.importlib.import_module
+
+    def import_module(name, *args):
+        if name == installed.HOOK_REGISTRY:
+            raise ModuleNotFoundError("No module named 'torch'")
+        return real(name, *args)
+
+    plan = verify.make_plan()
+    monkeypatch.setattr(installed.importlib, "import_module", import_module)
+    report = cli._check_report(plan)
+    assert report["ok"] is False and report["problems"] == []
+    assert report["import_problem"].startswith(f"sglang {installed.installed_sglang_version()} is installed but does not "
+                                               "import (sglang.srt.plugins.hook_registry: ModuleNotFoundError")

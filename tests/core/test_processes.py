@@ -85,8 +85,62 @@ print("STARTED")
 def test_without_the_hook_start_up_refuses_naming_processes_and_patches():
     proc = run_python(REFUSAL)
     assert proc.returncode != 0 and "STARTED" not in proc.stdout
-    assert "tokenizer workers" in proc.stderr and "openai-abort-status" in proc.stderr
+    assert "tokenizer worker processes" in proc.stderr and "['openai-abort-status']" in proc.stderr
     assert "sglang-overlay process-hook --install" in proc.stderr
+
+
+class _Plan:
+    """The two things require_process_hook reads of a verify.Plan: enabled patches and the source form."""
+
+    def __init__(self, *roles: str):
+        from types import SimpleNamespace
+
+        self.enabled = [SimpleNamespace(id=f"p-{role}", role=role) for role in roles]
+        self.source = {}
+
+
+@pytest.fixture
+def no_hook(monkeypatch):
+    monkeypatch.setattr(processes, "process_hook_path", lambda: None)
+    monkeypatch.delenv("SGLANG_OVERLAY_PROCESS_START", raising=False)
+
+
+LAUNCH = ["/venv/lib/python3.12/site-packages/sglang/launch_server.py", "--model-path", "m"]
+
+
+@pytest.mark.parametrize("argv", [LAUNCH + ["--tokenizer-worker-num", "2"], LAUNCH + ["--tokenizer-worker-num=4"],
+                                  LAUNCH + ["--config", "c.yaml"], ["-c"], ["my_program.py"]])  # fmt: skip
+def test_without_the_hook_a_launch_that_may_start_tokenizer_workers_is_refused(no_hook, argv):
+    """Refused where tokenizer workers could run an HTTP-process patch unpatched: more than one asked for, or a
+    command line that does not say (a config file, an embedding program); the message names both."""
+    from sglang_overlay.errors import OverlayError
+
+    with pytest.raises(OverlayError) as exc:
+        processes.require_process_hook(_Plan("scheduler", "http"), "http", argv)
+    assert "tokenizer worker processes" in str(exc.value) and "['p-http']" in str(exc.value)
+    assert "p-scheduler" not in str(exc.value)
+
+
+@pytest.mark.parametrize("plan, role, argv", [
+    (_Plan("scheduler", "http"), "http", LAUNCH),  # one tokenizer worker: SGLang's default
+    (_Plan("scheduler", "http"), "http", LAUNCH + ["--tokenizer-worker-num", "1"]),
+    (_Plan("scheduler", "http"), "http", ["/venv/bin/sglang", "serve", "--model-path", "m"]),
+    (_Plan("scheduler", "http"), "scheduler", LAUNCH + ["--tokenizer-worker-num", "2"]),  # starts no worker
+    (_Plan("scheduler", "http"), "detokenizer", ["-c"]),
+    (_Plan("scheduler"), "http", LAUNCH + ["--tokenizer-worker-num", "2"]),  # no patch of the HTTP process
+])  # fmt: skip
+def test_without_the_hook_nothing_is_refused_where_no_such_process_can_exist(no_hook, plan, role, argv):
+    processes.require_process_hook(plan, role, argv)
+
+
+def test_a_marked_child_outside_a_server_imports_a_target_quietly():
+    """The marker reaches every descendant of a server process (compile workers, a program's own children).
+    Outside a server it is harmless: such a child that imports a patch-target module applies the same verified
+    overlay its parent did, quietly (no INFO line: it serves nothing), and calls through to upstream."""
+    proc = run_python(CHILD, SGLANG_OVERLAY_PROCESS_START="4242")
+    rep = report(proc)
+    assert rep == {"wrapped": True, "overlay": True}
+    assert "Traceback" not in proc.stderr and "sglang-overlay: active" not in proc.stderr, proc.stderr[-2000:]
 
 
 def test_without_the_hook_non_strict_warns_once_and_starts():

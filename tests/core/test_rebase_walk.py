@@ -62,11 +62,13 @@ def _changed_source(source: str, qualname: str) -> str:
 
 
 def build_wheel(package_dir: Path, version: str, new_version: str, edits: dict[str, str], out: Path) -> Path:
-    """A py3-none-any wheel of ``package_dir`` as sglang ``new_version``; ``edits`` maps a path inside
-    the package to its new text. The dist-info is the installed one's, with the version changed."""
+    """A wheel of ``package_dir`` as sglang ``new_version`` for this CPython (sglang ships one per tag);
+    ``edits`` maps a path inside the package to its new text. The dist-info is the installed one's, with
+    the version changed."""
     dist = importlib.metadata.distribution("sglang")
     info = f"sglang-{new_version}.dist-info"
-    wheel = out / f"sglang-{new_version}-py3-none-any.whl"
+    tag = "cp%d%d" % sys.version_info[:2]
+    wheel = out / f"sglang-{new_version}-{tag}-{tag}-linux_x86_64.whl"
     record = []
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
         def add(name: str, data: bytes) -> None:
@@ -144,7 +146,7 @@ def test_step2_the_new_release_is_refused_until_it_is_pinned(copy, release):
     proc = overlay(copy, "check", "--json", site=release["site"])
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
-    assert f"found {release['new']}" in text and "supported pins: " in text, text[-3000:]
+    assert f"installed sglang {release['new']}" in text and "supported pins: " in text, text[-3000:]
     assert release["version"] in text.split("supported pins: ", 1)[1], text[-3000:]
 
 
@@ -158,8 +160,10 @@ def test_steps3_to_6_lock_series_check_hook(copy, release):
     pin = copy / "patches" / "pins" / new
     data = lockfile.read_lock(pin / lockfile.LOCK_NAME)
     old = release["old_lock"]
-    assert data["upstream"]["version"] == new and data["upstream"]["wheel"] == release["wheel"].name
-    assert data["upstream"]["wheel_sha256"] == lockfile.sha256_file(release["wheel"])
+    python = "%d.%d" % sys.version_info[:2]
+    assert data["upstream"]["version"] == new
+    assert data["upstream"]["wheels"] == {python: {"file": release["wheel"].name,
+                                                   "sha256": lockfile.sha256_file(release["wheel"])}}
     assert set(data["targets"]) == set(old["targets"])
     differing = {p for p in old["targets"] if data["targets"][p]["fingerprint"] != old["targets"][p]["fingerprint"]}
     assert differing == {release["target"]}

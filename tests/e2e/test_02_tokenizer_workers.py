@@ -48,3 +48,19 @@ def test_status_shows_the_overlay_in_each_worker(server):
     assert all("openai-abort-status" in rows[pid]["applied"] for pid in workers)
     assert report["ok"] is True and result.returncode == 0
     assert all(set(rows[pid]["patches"]) == PATCHES for pid in workers)
+
+
+def test_every_process_runs_the_overlay_under_test(server):
+    """Each process's record names the overlay it imported: this checkout's sources, or, where CI installed the
+    built wheel (SGLANG_OVERLAY_TEST_INSTALLED=1), the wheel's copy in site-packages, in every process,
+    the tokenizer workers (entered by the wheel's .pth hook) included."""
+    from tests.conftest import REPO, overlay_under_test
+
+    report = json.loads(run_status(server.url, "--json").stdout)
+    files = {p["pid"]: p["overlay_file"] for p in report["processes"] if p["overlay"]}
+    workers = {p.pid for p in worker_processes(server)}
+    assert workers <= set(files) and len(files) >= 4, files  # http, 2 workers, scheduler
+    if overlay_under_test() == "installed":
+        assert all("site-packages" in f and not f.startswith(str(REPO)) for f in files.values()), files
+    else:
+        assert set(files.values()) == {str(REPO / "sglang_overlay")}, files

@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import REPO, overlay_under_test, subprocess_env
 from tests.support.proc import with_default_sigint
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +56,11 @@ def _read_until(lines: _Lines, pattern: str, timeout_s: float, seen: list[str]) 
 
 def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model, tmp_path):
     env = subprocess_env(COLUMNS="200")
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "sglang-overlay"), "demo", "--tokenizer-worker-num", "2",
+    command = [str(Path(sys.executable).parent / "sglang-overlay")]
+    if overlay_under_test() == "installed":  # the demo runs from a checkout (its CPU stand-ins are test tooling)
+        command = [sys.executable, "-m", "sglang_overlay"]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([*command, "demo", "--tokenizer-worker-num", "2",
                              "--log-dir", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             preexec_fn=with_default_sigint)

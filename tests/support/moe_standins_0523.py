@@ -79,10 +79,11 @@ def init_parallel() -> None:
     ps.initialize_model_parallel(backend="gloo")
 
 
-def build_moe(shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0):
+def build_moe(shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0, dtype=torch.float32,
+              record: bool = True):
     """Upstream's own ``DeepseekV2MoE.__init__`` (0.5.23 reads shared-expert fusion from the published model
     bag: 0 for the tiny published model), then the DeepEP stand-ins and ``_enable_a2a_moe``; returns
-    ``(moe, Recorder)``."""
+    ``(moe, Recorder)`` (``record=False``: no Recorder and no copies of the inputs, for benchmarks)."""
     init_parallel()
     from sglang.srt.eplb.expert_location import set_global_expert_location_metadata
     from sglang.srt.model_loader.utils import set_default_torch_dtype
@@ -96,7 +97,7 @@ def build_moe(shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0):
         vocab_size=shape.vocab, num_hidden_layers=layer_id + 1, norm_topk_prob=True,
     )  # fmt: skip
     config.topk_method, config.scoring_func, config.num_hash_layers = "noaux_tc", "sigmoid", 0
-    with set_default_torch_dtype(torch.float32):
+    with set_default_torch_dtype(dtype):
         moe = DeepseekV2MoE(config, layer_id=layer_id, quant_config=None, prefix=f"model.layers.{layer_id}.mlp")
     assert moe.num_fused_shared_experts == 0 and moe.shared_experts is not None
     g = torch.Generator().manual_seed(seed)
@@ -106,9 +107,11 @@ def build_moe(shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0):
         for p in moe.shared_experts.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
     set_global_expert_location_metadata(expert_location_metadata(layer_id + 1, shape.experts), allow_overwrite=True)
-    moe.experts = ExpertsStandIn(shape, seed + 1)
+    moe.experts = ExpertsStandIn(shape, seed + 1, dtype, record)
     moe._enable_a2a_moe = True
     moe.eval()
+    if not record:
+        return moe, None
     rec = Recorder()
     rec.attach(moe)
     return moe, rec

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import REPO, overlay_cwd, subprocess_env
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -17,7 +17,7 @@ def run_python(code: str, timeout: float = 180, **env: str) -> subprocess.Comple
     """Run ``code`` in a fresh interpreter with the overlay's environment plus ``env``."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=REPO,
+        cwd=overlay_cwd(),
         env=subprocess_env(**env),
         capture_output=True,
         text=True,

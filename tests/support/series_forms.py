@@ -108,18 +108,15 @@ def upstream_copy(dest: Path) -> Path:
 
 
 def pin_folder() -> Path:
-    """The installed pin's series folder: ``patches/`` (default pin) or ``patches/pins/<version>/``."""
+    """The installed pin's series folder: ``patches/pins/<version>/``."""
     from sglang_overlay.core import lockfile
 
     return lockfile.default_lock_path().parent
 
 
 def pin_args() -> list[str]:
-    """``apply_patches.sh`` arguments selecting the installed pin (none for the default pin)."""
-    from sglang_overlay.core import lockfile
-
-    folder = pin_folder()
-    return [] if folder == lockfile.patches_dir() else ["--upstream", folder.name]
+    """``apply_patches.sh`` arguments selecting the installed pin."""
+    return ["--upstream", pin_folder().name]
 
 
 def apply_script(*args: str, script: Path = APPLY) -> subprocess.CompletedProcess:

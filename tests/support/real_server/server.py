@@ -39,7 +39,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.real_server.model import REPO, build_tiny_model
+from tests.conftest import overlay_cwd, overlay_path
+from tests.support.real_server.model import build_tiny_model
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 VENV_BIN = Path(sys.executable).parent
@@ -137,7 +138,7 @@ class ServerConfig:
 
     def environment(self, launch_id: str) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [*self.pythonpath_first, str(STANDINS), str(REPO),
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [*self.pythonpath_first, str(STANDINS), *overlay_path(),
                                                           os.environ.get("PYTHONPATH", "")]))
         env.update(
             SGLANG_USE_CPU_ENGINE="1",
@@ -346,7 +347,7 @@ def _start_once(config: ServerConfig, log_dir: Path, model_dir: Path, timeout_s:
         log.write(("$ " + " ".join(config.command(model_dir, port)) + "\n").encode())
         log.flush()
         started = time.monotonic()
-        proc = subprocess.Popen(config.command(model_dir, port), cwd=REPO, env=config.environment(launch_id),
+        proc = subprocess.Popen(config.command(model_dir, port), cwd=overlay_cwd(), env=config.environment(launch_id),
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     server = RealServer(config, port, proc, log_path, launch_id)
     try:
