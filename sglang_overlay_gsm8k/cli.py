@@ -4,10 +4,13 @@ Runs the few-shot GSM8K check (the "Question: ...\\nAnswer: ..." format SGLang's
 check uses; shots from the train split) against ``--base-url``, as completions or
 chat, ``--parallel`` requests at a time with retries, then prints a summary table,
 writes per-question JSONL, a summary JSON, a Markdown report and two PNGs under
-``--output``, and gates on ``--baseline`` / ``--min-accuracy``.
+``--output``, and gates on ``--baseline`` / ``--min-accuracy``. With ``--against URL``
+(a second server, asked the same questions at the same time) or ``--paired-with DIR``
+(a saved run of the same questions) it adds the paired verdict (``paired.py``).
 
 Exit codes: 0 pass; 1 accuracy below ``--min-accuracy`` or more than
-``--tolerance`` under the baseline; 2 the run could not complete (more than
+``--tolerance`` under the baseline, or (paired) B worse than A at ``--alpha`` or more
+answers changed than ``--max-flips``; 2 the run could not complete (more than
 ``--max-error-rate`` of the questions failed, no server, no data, bad arguments,
 the ``gsm8k`` extra not installed). The reason is the last line printed.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sglang_overlay import __version__
-from sglang_overlay_gsm8k import data, extra, prompts, report
+from sglang_overlay_gsm8k import data, extra, paired, prompts, report
 
 DEFAULT_BASE_URL = "http://127.0.0.1:30000"
 
@@ -67,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after this many consecutive failed questions, skip the rest (0: never)")
     g.add_argument("--max-error-rate", type=float, default=0.05,
                    help="a run with more failed questions than this fraction is incomplete (exit 2)")
+    g = p.add_argument_group("paired A/B (A: --base-url; B: --against or a saved run)")
+    ab = g.add_mutually_exclusive_group()
+    ab.add_argument("--against", metavar="URL", help="B: a second server asked the same questions at the same time")
+    ab.add_argument("--paired-with", metavar="DIR", help="B: a saved run (--output DIR of an earlier run) of the "
+                    "same questions and data")
+    g.add_argument("--alpha", type=float, default=0.05, help="fail when B is worse than A at this McNemar p-value")
+    g.add_argument("--max-flips", type=int, metavar="N",
+                   help="fail when more than N questions' answers changed (0: identical answers expected)")
     g = p.add_argument_group("output and gating")
     g.add_argument("--output", metavar="DIR", help="write results.jsonl, summary.json, report.md, *.png here")
     g.add_argument("--baseline", metavar="FILE", help="a previous summary.json to compare with")
@@ -90,6 +102,9 @@ def _check_args(args: argparse.Namespace) -> None:
         (args.min_accuracy is None or 0 <= args.min_accuracy <= 1, "--min-accuracy must be in [0, 1]"),
         (args.temperature >= 0, "--temperature must be >= 0"),
         (args.system_prompt is None or args.mode == "chat", "--system-prompt needs --mode chat"),
+        (0 < args.alpha < 1, "--alpha must be in (0, 1)"),
+        (args.max_flips is None or args.max_flips >= 0, "--max-flips must be >= 0"),
+        (args.max_flips is None or args.against or args.paired_with, "--max-flips needs --against or --paired-with"),
     ]
     for ok, message in checks:
         if not ok:
@@ -115,7 +130,7 @@ def _run_config(args: argparse.Namespace, cfg, dataset, ids: list[int], selectio
     from sglang_overlay_gsm8k.client import api_root
 
     return {
-        "base_url": api_root(args.base_url), "model": cfg.model, "mode": args.mode, "stream": args.stream,
+        "base_url": api_root(cfg.base_url), "model": cfg.model, "mode": args.mode, "stream": args.stream,
         "num_shots": args.num_shots, "max_tokens": args.max_tokens, "temperature": args.temperature,
         "seed": args.seed, "parallel": args.parallel, "timeout_s": args.timeout, "max_retries": args.max_retries,
         "selection": selection,
@@ -126,37 +141,46 @@ def _run_config(args: argparse.Namespace, cfg, dataset, ids: list[int], selectio
     }
 
 
-def _ask_all(cfg, body_for, ids: list[int], by_index: dict, no_progress: bool):
-    """Ask every question; Ctrl-C keeps the answers so far and records the rest as interrupted.
-    Returns (records in ``ids`` order, wall seconds, interrupted)."""
+def _ask_all(cfgs: list, body_for, ids: list[int], by_index: dict, no_progress: bool):
+    """Ask every question of every server in ``cfgs`` (A, then B when paired), all servers at once and each in
+    question order, so load and time fall on them alike; Ctrl-C keeps the answers so far and records the rest
+    as interrupted. Returns (one record list per server, in ``ids`` order; wall seconds; interrupted)."""
     from sglang_overlay_gsm8k.client import Outcome, Runner
 
-    records: dict[int, report.Record] = {}
-    bar = _progress(len(ids), no_progress)
-    tally = {"correct": 0, "errors": 0}
+    records: list[dict[int, report.Record]] = [{} for _ in cfgs]
+    bar = _progress(len(ids) * len(cfgs), no_progress)
+    tally = {"correct": 0, "errors": 0, "done": 0}
 
-    def on_done(out: Outcome) -> None:
-        rec = report.score(by_index[out.index], out)
-        records[out.index] = rec
-        tally["correct"] += rec.correct
-        tally["errors"] += rec.error is not None
-        bar.update(1)
-        bar.set_postfix(acc=f"{tally['correct'] / len(records):.3f}", errors=tally["errors"], refresh=False)
+    def on_done(side: int):
+        def done(out: Outcome) -> None:
+            rec = report.score(by_index[out.index], out)
+            records[side][out.index] = rec
+            tally["correct"] += rec.correct
+            tally["errors"] += rec.error is not None
+            tally["done"] += 1
+            bar.update(1)
+            bar.set_postfix(acc=f"{tally['correct'] / tally['done']:.3f}", errors=tally["errors"], refresh=False)
+
+        return done
+
+    async def everything():
+        await asyncio.gather(*(Runner(cfg, body_for).run(ids, on_done(side)) for side, cfg in enumerate(cfgs)))
 
     t0 = time.perf_counter()
     interrupted = False
     try:
-        asyncio.run(Runner(cfg, body_for).run(ids, on_done))
+        asyncio.run(everything())
     except KeyboardInterrupt:  # keep what was answered; the rest is recorded, not dropped
         interrupted = True
     finally:
         bar.close()
     wall = time.perf_counter() - t0
-    for i in ids:
-        if i not in records:
-            records[i] = report.score(by_index[i], Outcome(i, error="interrupted",
-                                                           error_message="run interrupted (Ctrl-C) before an answer"))
-    return [records[i] for i in ids], wall, interrupted
+    for side in records:
+        for i in ids:
+            if i not in side:
+                side[i] = report.score(by_index[i], Outcome(i, error="interrupted",
+                                                            error_message="run interrupted (Ctrl-C) before an answer"))
+    return [[side[i] for i in ids] for side in records], wall, interrupted
 
 
 def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | None]:
@@ -180,27 +204,50 @@ def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | Non
         stop=prompts.STOP, stream=args.stream, parallel=args.parallel, timeout_s=args.timeout,
         max_retries=args.max_retries, backoff_s=args.retry_backoff, give_up_after=args.give_up_after,
     )
-    if not cfg.model:
-        cfg.model = asyncio.run(discover_model(cfg))
+    cfgs = [cfg] + ([dataclasses.replace(cfg, base_url=args.against)] if args.against else [])
+    for side in cfgs:
+        if not side.model:
+            side.model = asyncio.run(discover_model(side))
     ids = [p.index for p in chosen]
     selection = (f"sample of {args.sample} (seed {sample_seed})" if args.sample is not None
                  else f"first {len(chosen)}")
-    config = _run_config(args, cfg, dataset, ids, selection)
-    ordered, wall, interrupted = _ask_all(cfg, _body_maker(args, train[: args.num_shots], by_index), ids, by_index,
-                                          args.no_progress)
-    summary = report.summarize(ordered, wall, config)
+    configs = [_run_config(args, side, dataset, ids, selection) for side in cfgs]
+    saved = paired.load_saved(args.paired_with, configs[0]) if args.paired_with else None
+    runs, wall, interrupted = _ask_all(cfgs, _body_maker(args, train[: args.num_shots], by_index), ids, by_index,
+                                       args.no_progress)
+    summary = report.summarize(runs[0], wall, configs[0])
     summary["interrupted"] = interrupted
-    return summary, ordered, baseline
+    if len(runs) == 2:
+        b_summary, b_records = report.summarize(runs[1], wall, configs[1]), runs[1]
+        b_summary["interrupted"] = interrupted
+    elif saved is not None:
+        b_summary, b_records = saved
+        b_summary["source"] = str(Path(args.paired_with).resolve())
+    else:
+        return summary, runs[0], baseline
+    summary["b"] = {k: v for k, v in b_summary.items() if k not in ("b", "paired")}
+    summary["paired"] = paired.pair(runs[0], b_records)
+    summary["_b_records"] = b_records  # written to results_b.jsonl, dropped from summary.json
+    return summary, runs[0], baseline
 
 
 def write_outputs(out_dir: Path, summary: dict, records: list[report.Record], baseline: dict | None,
-                  verdict_line: str) -> list[Path]:
+                  verdict_line: str, b_records: list[report.Record] | None = None) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     report.write_records(out_dir / "results.jsonl", records)
+    written = [out_dir / "results.jsonl"]
+    if b_records is not None and "source" not in summary.get("b", {}):  # a saved B stays where it is
+        report.write_records(out_dir / "results_b.jsonl", b_records)
+        written.append(out_dir / "results_b.jsonl")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out_dir / "report.md").write_text(report.markdown(summary, records, verdict_line))
-    return [out_dir / "results.jsonl", out_dir / "summary.json", out_dir / "report.md",
-            *report.plot(out_dir, records, summary, baseline)]
+    text = report.markdown(summary, records, verdict_line)
+    if "paired" in summary:
+        text += paired.markdown(summary)
+    (out_dir / "report.md").write_text(text)
+    written += [out_dir / "summary.json", out_dir / "report.md", *report.plot(out_dir, records, summary, baseline)]
+    if b_records is not None:
+        written.append(paired.plot(out_dir / "paired.png", records, b_records))
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,15 +272,23 @@ def main(argv: list[str] | None = None) -> int:
             except OSError as exc:
                 raise ValueError(f"--output {args.output}: not a writable directory ({exc})") from exc
         summary, records, baseline = run(args)
-    except (ValueError, data.DataError, RunnerError) as exc:
+    except (ValueError, data.DataError, RunnerError) as exc:  # paired.PairingError is a ValueError
         print(f"sglang-overlay gsm8k: {exc}", flush=True)
         return report.INCOMPLETE
+    b_records = summary.pop("_b_records", None)
     code, reason = report.verdict(summary, baseline=baseline, tolerance=args.tolerance,
                                   min_accuracy=args.min_accuracy, max_error_rate=args.max_error_rate)
+    if "paired" in summary:
+        b_code, _ = report.verdict(summary["b"], max_error_rate=args.max_error_rate)
+        paired_code, paired_reason = paired.verdict(summary["paired"], code, b_code, args.alpha, args.max_flips)
+        a_failed = code == report.REGRESSION and paired_code != report.INCOMPLETE
+        code, reason = max(code, paired_code), paired_reason + (f"; A alone: {reason}" if a_failed else "")
     summary["verdict"] = {"exit_code": code, "reason": reason}
     report.print_table(summary, console)
+    if "paired" in summary:
+        paired.print_table(summary["paired"], console)
     if args.output:
-        written = write_outputs(Path(args.output), summary, records, baseline, reason)
+        written = write_outputs(Path(args.output), summary, records, baseline, reason, b_records)
         console.print(f"wrote {', '.join(p.name for p in written)} to {args.output}")
     print(reason, flush=True)
     return code
