@@ -167,25 +167,29 @@ def _print_check(report: dict) -> None:
 
 
 def run_status(url: str, as_json: bool) -> int:
-    """Per process of the local server at ``url``: is the overlay there, which patches are active."""
-    from sglang_overlay.core.server_status import ServerNotFound, server_status
+    """Per process of the local server at ``url``: node, rank, role, pid, and which patches are live there."""
+    from sglang_overlay.core.server_status import RecordsUntrusted, ServerNotFound, server_status
 
     try:
         report = server_status(url)
-    except ServerNotFound as exc:
+    except (ServerNotFound, RecordsUntrusted) as exc:
         err_console.print(f"[red]sglang-overlay status: {exc}[/red]")
         return 2
     if as_json:
         print(json.dumps(report, indent=2))
         return 0 if report["ok"] else 1
-    table = _table(f"sglang-overlay status: {url}", ("pid", "role", "overlay", "patches", "pending modules"))
+    number = {p.id: f"#{p.position}" for p in discover_patches() if not p.extra}
+    table = _table(f"sglang-overlay status: {url}", ("node", "rank", "role", "pid", "overlay", "live patches"))
     for r in report["processes"]:
         if r["overlay"]:
-            there = "[green]active[/]" if not r["skipped"] else f"[red]skipped {', '.join(r['skipped'])}[/]"
+            there = "[green]yes[/]" if not r["skipped"] else f"[red]skipped {', '.join(r['skipped'])}[/]"
         else:
-            there = "[red]ABSENT[/]" if r["expected"] else "- (runs no patched target)"
-        table.add_row(str(r["pid"]), r["role"], there, ", ".join(r["patches"]), ", ".join(r["pending_modules"]))
+            there = "[red]ABSENT[/]" if r["expected"] else "-"
+        live = " ".join(number.get(p, p) for p in r["live"]) or "-"
+        table.add_row(r["node"], r["rank"], r["role"], str(r["pid"]), there, live)
     console.print(table)
+    console.print("live patches: " + ", ".join(f"{n} {pid}" for pid, n in number.items()))
+    console.print("('-': the process runs no patched target; a target's module not imported there is not live)")
     console.print("[green]OK: every process that runs patched code has the overlay[/]" if report["ok"]
                   else "[red]NOT OK: a process runs without the overlay[/]")
     return 0 if report["ok"] else 1

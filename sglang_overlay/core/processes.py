@@ -38,15 +38,14 @@ from __future__ import annotations
 
 import atexit
 import importlib.abc
-import json
 import logging
 import os
+import socket
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
-from sglang_overlay.core import settings
+from sglang_overlay.core import records, settings
 
 logger = logging.getLogger("sglang_overlay")
 
@@ -240,10 +239,7 @@ def caller_role() -> str | None:
     return None
 
 
-def status_dir() -> Path:
-    """Where processes keep their records: ``$SGLANG_OVERLAY_STATUS_DIR``, else a per-user temp folder."""
-    override = os.environ.get(settings.STATUS_DIR)
-    return Path(override) if override else Path(tempfile.gettempdir()) / f"sglang-overlay-{os.getuid()}" / "status"
+status_dir = records.status_dir
 
 
 def announce(status: dict, role: str | None = None) -> None:
@@ -277,35 +273,25 @@ _LAST_WRITTEN: dict[int, dict] = {}  # pid -> the record this process last wrote
 
 
 def write_record(status: dict) -> None:
-    """Write this process's record, unless it is already on disk unchanged (SGLang calls load_plugins()
-    more than once in some processes)."""
+    """Write this process's record (``core.records``: a private folder, no link followed), unless it is already
+    on disk unchanged (SGLang calls load_plugins() more than once in some processes)."""
     record = {"pid": os.getpid(), "ppid": os.getppid(), "role": _ANNOUNCED.get("role") or process_role(),
+              "host": socket.gethostname(),
               "applied": status["applied"], "pending_modules": status["pending_modules"],
               "pending_patches": status["pending_patches"], "skipped": status["skipped"],
               "source_form": status["source_form"], "overlay_file": str(Path(__file__).resolve().parents[1])}
-    directory = status_dir()
     with _WRITE_LOCK:
-        if _LAST_WRITTEN.get(os.getpid()) == record and (directory / f"{os.getpid()}.json").is_file():
+        if _LAST_WRITTEN.get(os.getpid()) == record and records.exists(os.getpid()):
             return
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            tmp = directory / f".{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(record), encoding="utf-8")
-            tmp.replace(directory / f"{os.getpid()}.json")
+        if records.write(os.getpid(), record):
             _LAST_WRITTEN[os.getpid()] = record
-        except OSError as exc:  # visibility must never take the server down
-            logger.warning("sglang-overlay: cannot write the process record in %s: %s", directory, exc)
 
 
 def read_record(pid: int) -> dict | None:
-    try:
-        return json.loads((status_dir() / f"{pid}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    """This user's record of ``pid`` (None when there is none); raises records.UntrustedFolder."""
+    found = records.read(pid)
+    return found[0] if found else None
 
 
 def _forget_record() -> None:
-    try:
-        (status_dir() / f"{os.getpid()}.json").unlink()
-    except OSError:
-        pass
+    records.forget(os.getpid())

@@ -13,6 +13,10 @@ patches). An expected process without a record, or with a skipped patch, makes t
 answer not OK. Processes that run no patched target (detokenizer, DP controller,
 helpers) are listed as such. Local only: the records are files on this host.
 
+Records are read only from this user's own private folder (``core.records``); another folder is refused
+(``RecordsUntrusted``), so records another local user planted are never reported. ``live`` is the patches
+with a target hooked in that process (a process that imports no target, the detokenizer, has none).
+
 Cost: one ``psutil`` scan of the listening sockets and one small file read per process.
 
 Invariants: read-only (it never signals or changes a process); OK only when every expected
@@ -21,11 +25,11 @@ process has a fresh record without skipped patches.
 
 from __future__ import annotations
 
-import os
 import re
+import socket
 from urllib.parse import urlparse
 
-from sglang_overlay.core import processes
+from sglang_overlay.core import records
 from sglang_overlay.core.registry import discover_patches
 
 _TITLE_ROLES = (("scheduler", "scheduler"), ("tokenizer_worker", "http"))  # title prefix -> patch role
@@ -33,6 +37,13 @@ _TITLE_ROLES = (("scheduler", "scheduler"), ("tokenizer_worker", "http"))  # tit
 
 class ServerNotFound(LookupError):
     """No local process listens on the URL's port."""
+
+
+class RecordsUntrusted(LookupError):
+    """The records folder is not this user's own private folder (``core.records``): nothing in it is believed."""
+
+
+_RANKED = re.compile(r"^(scheduler|data_parallel_controller|detokenizer)_((?:[A-Z]+\d+_?)+)$")
 
 
 def _listener(port: int):
@@ -72,16 +83,32 @@ def _server_tree(listener):
 
 def _fresh_record(proc) -> dict | None:
     """The process's record, unless it is a leftover of an earlier process with the same pid."""
-    record = processes.read_record(proc.pid)
-    if record is None:
-        return None
     try:
-        written = os.path.getmtime(processes.status_dir() / f"{proc.pid}.json")
+        found = records.read(proc.pid)
+    except records.UntrustedFolder as exc:
+        raise RecordsUntrusted(f"refusing to read process records: {exc} (only a folder of this user's own, "
+                               "private, holds records this user's processes wrote)") from exc
+    if found is None:
+        return None
+    record, written = found
+    try:
         if written + 1 < proc.create_time():
             return None
-    except OSError:
+    except Exception:  # psutil.Error: the process went
         return None
     return record
+
+
+def _role_and_rank(title: str, record: dict | None, is_main: bool) -> tuple[str, str]:
+    """SGLang's process title without its padding, split into role and rank (``scheduler_TP1`` ->
+    ``scheduler``, ``TP1``; ``scheduler_DP0_TP1`` -> ``scheduler``, ``DP0_TP1``)."""
+    if "sglang::" in title:
+        name = title.split("sglang::", 1)[1].split()[0] if title.split("sglang::", 1)[1].split() else "?"
+    else:
+        name = (record or {}).get("role") or ("main" if is_main else "helper")
+    name = re.sub(r":\d+$", "", name)  # tokenizer_worker:<pid>: the pid has its own column
+    match = _RANKED.match(name)
+    return (match.group(1), match.group(2)) if match else (name, "-")
 
 
 def _expected_roles(title: str, is_main: bool) -> set[str]:
@@ -103,11 +130,10 @@ def server_status(url: str) -> dict:
         title = _title(proc)
         record = _fresh_record(proc)
         expected = bool(_expected_roles(title, proc.pid == tree[0].pid) & roles_with_patches)
-        if "sglang::" in title:
-            role = title.split("sglang::", 1)[1]
-        else:
-            role = (record or {}).get("role") or ("main" if proc.pid == tree[0].pid else "helper")
-        row = {"pid": proc.pid, "title": title, "overlay": record is not None, "expected": expected, "role": role,
+        role, rank = _role_and_rank(title, record, proc.pid == tree[0].pid)
+        row = {"pid": proc.pid, "title": title.strip(), "overlay": record is not None, "expected": expected,
+               "role": role, "rank": rank, "node": (record or {}).get("host") or socket.gethostname(),
+               "live": sorted((record or {}).get("applied", {})),
                "patches": sorted(set((record or {}).get("applied", {})) | set((record or {}).get("pending_patches", []))),
                "applied": (record or {}).get("applied", {}), "pending_modules": (record or {}).get("pending_modules", []),
                "skipped": (record or {}).get("skipped", {}), "overlay_file": (record or {}).get("overlay_file")}

@@ -269,19 +269,15 @@ def test_status_takes_only_sglang_server_processes_for_the_servers_top(title, se
     assert _is_server_process(title) is server
 
 
-def test_an_unchanged_record_is_not_rewritten(tmp_path, monkeypatch):
-    """SGLang calls load_plugins() more than once in some processes: the record is written when it changes."""
-    monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
-    monkeypatch.setattr(processes, "_LAST_WRITTEN", {})
-    status = {"applied": {"p": ["t"]}, "pending_modules": [], "pending_patches": [], "skipped": {}, "source_form": []}
-    writes = []
-    real_replace = type(tmp_path).replace
-    monkeypatch.setattr(type(tmp_path), "replace", lambda self, target: writes.append(target) or real_replace(self, target))
-    processes.write_record(status)
-    processes.write_record(dict(status))
-    assert len(writes) == 1
-    processes.write_record({**status, "pending_modules": ["m"]})
-    assert len(writes) == 2 and processes.read_record(os.getpid())["pending_modules"] == ["m"]
-    (tmp_path / f"{os.getpid()}.json").unlink()  # removed behind its back: written again
-    processes.write_record({**status, "pending_modules": ["m"]})
-    assert len(writes) == 3
+def test_the_status_table_is_one_line_per_process_within_100_columns(served):
+    port, env = served()
+    proc = subprocess.run([sys.executable, "-m", "sglang_overlay", "status", "--url", f"http://127.0.0.1:{port}"],
+                          cwd=REPO, env={**env, "COLUMNS": "100"}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert max(map(len, lines)) <= 100, "\n".join(lines)
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == 1  # the one serving process (the header row is drawn with heavy lines)
+    cells = [c.strip() for c in rows[0].strip("│").split("│")]
+    assert cells[0] == socket.gethostname() and cells[1:3] == ["-", "main"] and cells[4] == "yes"
+    assert cells[5] == "#1" and "live patches: #1 cp-hicache-owner-lanes" in proc.stdout  # only what is hooked there

@@ -64,3 +64,19 @@ def test_every_process_runs_the_overlay_under_test(server):
         assert all("site-packages" in f and not f.startswith(str(REPO)) for f in files.values()), files
     else:
         assert set(files.values()) == {str(REPO / "sglang_overlay")}, files
+
+
+def test_the_status_table_is_one_line_per_process_within_100_columns(server):
+    """SGLang pads its process titles (``sglang::scheduler`` and about 120 spaces): the table shows node, rank,
+    role, pid and the patches live in each process, one line each, and fits a 100-column terminal."""
+    text = run_status(server.url).stdout
+    report = json.loads(run_status(server.url, "--json").stdout)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 100, text
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == len(report["processes"]), text
+    for p in report["processes"]:
+        assert p["role"] == p["role"].strip() and " " not in p["role"], p["role"]
+        assert p["live"] == sorted(p["applied"])  # live: a target hooked there, not merely pending
+    schedulers = [p for p in report["processes"] if p["role"] == "scheduler"]
+    assert len(schedulers) == 1 and schedulers[0]["rank"] in ("-", "TP0"), report["processes"]  # one rank here
