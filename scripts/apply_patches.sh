@@ -200,6 +200,7 @@ if [ "$EDITABLE" = 1 ]; then
 else
   step "[6/7] sglang-overlay: a wheel built from $REPO, installed as users install it (it carries its process-start hook)"
   DIST="$(mktemp -d)"
+  rm -rf "$REPO/build"  # setuptools' own output: a stale copy there would travel into the wheel
   "${PIP[@]}" wheel --quiet --no-deps -w "$DIST" "$REPO"
   "${PIP[@]}" install --no-deps --force-reinstall "$DIST"/sglang_overlay-*.whl
   rm -rf "$DIST"

@@ -39,7 +39,8 @@ from rich.table import Table
 
 from sglang_overlay import __version__
 from sglang_overlay.core import fingerprint, installed, lockfile, processes, settings
-from sglang_overlay.core.verify import installed_sglang_version, make_plan
+from sglang_overlay.core.installed import installed_sglang_version
+from sglang_overlay.core.verify import make_plan
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.core.registry import discover_patches
 

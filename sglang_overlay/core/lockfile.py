@@ -49,15 +49,6 @@ class Pin:
     wheels: dict = field(default_factory=dict)  # python "3.12" -> {"file": wheel file name, "sha256": hex}
     torch_pip: str = "isolated"  # how apply_patches.sh installs torch: "isolated" or "config" (this host's index)
 
-    @property
-    def pythons(self) -> tuple[str, ...]:
-        """The CPython versions this release ships a wheel for (and the lock records), oldest first."""
-        return tuple(sorted(self.wheels, key=Version))
-
-    def wheel_for(self, python: str) -> dict | None:
-        """The locked wheel (``file``, ``sha256``) for CPython ``python`` ("3.12"), None when none is locked."""
-        return self.wheels.get(python)
-
 
 def patches_dir() -> Path:
     """The folder of descriptions and pins: ``patches/`` of the source checkout this package runs from,

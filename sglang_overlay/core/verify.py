@@ -101,10 +101,6 @@ def target_status(patch: Patch, target: Target, lock: dict) -> TargetStatus:
     return TargetStatus(patch.id, target, Status.MATCH if found == expected else Status.DRIFT, expected, found)
 
 
-def installed_sglang_version() -> str | None:
-    return installed.installed_sglang_version()
-
-
 def _supported() -> str:
     return ", ".join(f"sglang=={v}" for v in lockfile.pin_dirs())
 
