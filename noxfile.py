@@ -5,19 +5,22 @@ these sessions; each can be run alone (``nox -s wheel``). The pins are the folde
 and the default is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
 
 - ``tiers(pin)``: the pin's environment as ``scripts/apply_patches.sh`` builds it (Python 3.11; the
-  default pin's is the README's ``.venv``, reused when present), then ``check``, ``lock --check`` and
+  default pin's is the README's ``.venv``, reused when present), then ``lock --check`` and
   ``series --check``, and the tiers that prove something on that pin: the default tier (skipped for the
-  default pin, whose default tier the README's command ran), ``ci_slow``, and, for an older pin, the
-  real-server modules that exercise that pin's own code: process entry (launchers, tokenizer workers),
-  the abort matrix (0.5.20 has its own abort implementation) and HiCache (its own cache hooks). The
-  default pin runs the whole real-server tier in ``wheel``; the modules left out here (the GSM8K runner
-  and its A/B, the fuzz's differential, the demo) drive client-side or checkout tooling that is the same
-  code on every pin.
+  default pin, whose default tier the README's command ran), ``ci_slow``, and real-server modules. The
+  default pin runs every real-server module once: here those that do not depend on how the overlay was
+  installed (the abort matrix, the GSM8K runner and its A/B against pristine upstream, the fuzz, HiCache,
+  the demo), in ``wheel`` those that prove the install (launchers, tokenizer workers, the overlay's copy
+  in every process). An older pin runs the modules that exercise its own code: process entry (launchers,
+  tokenizer workers) and the abort matrix (0.5.20 has its own abort implementation); its HiCache hooks
+  have no live path there (nothing builds the page-interleaved allocator) and run in its default tier
+  on the real classes; the GSM8K runner, the fuzz's differential and the demo are the same code on
+  every pin.
 - ``wheel``: what a user of the official image does (Python 3.12): a wheel and an sdist built with
   ``python -m build``, the wheel installed into an environment nox builds with plain ``pip install
   sglang==<default>`` (upstream's full dependency set, not the project's script), ``sglang-overlay check``,
-  then the real-server ``e2e`` tier run from that environment with the installed wheel in every server
-  process (``SGLANG_OVERLAY_TEST_INSTALLED=1``).
+  then the real-server modules of the install served from that environment with the installed wheel in
+  every server process, tokenizer workers included (``SGLANG_OVERLAY_TEST_INSTALLED=1``).
 
 Invariant: the sessions only read the checkout (logs and environments go under ``.nox/`` and ``.venv*/``).
 Cost: see the README's "Continuous integration" (each session prints its tiers' durations).
@@ -35,9 +38,10 @@ PINS_DIR = REPO / "patches" / "pins"
 DEFAULT = (PINS_DIR / "default").read_text(encoding="utf-8").strip()
 PINS = sorted(p.name for p in PINS_DIR.iterdir() if (p / "upstream.lock").is_file())
 PYTEST = ("-m", "pytest", "-p", "no:cacheprovider")
-E2E_OF_AN_OLDER_PIN = tuple(f"tests/e2e/{m}.py" for m in ("test_00_standins", "test_01_launch",
-                                                          "test_02_tokenizer_workers", "test_03_abort_matrix",
-                                                          "test_06_hicache"))
+E2E = "tests/e2e/test_{}.py".format
+INSTALL_E2E = tuple(map(E2E, ("00_standins", "01_launch", "02_tokenizer_workers")))  # served from the wheel
+DEFAULT_PIN_E2E = tuple(map(E2E, ("03_abort_matrix", "04_gsm8k", "05_fuzz", "06_hicache", "07_demo")))
+OLDER_PIN_E2E = tuple(map(E2E, ("01_launch", "02_tokenizer_workers", "03_abort_matrix")))
 WHEEL_PYTHON = "3.12"  # SGLang's official image: Python 3.12 as python3
 
 nox.options.sessions = []  # .ci/run names the sessions it runs
@@ -62,9 +66,8 @@ def tiers(session: nox.Session, pin: str) -> None:
     if pin != DEFAULT:
         session.run(python, *PYTEST, external=True)
     session.run(python, *PYTEST, "-m", "ci_slow", "--durations=10", external=True)
-    if pin != DEFAULT:
-        session.run(python, *PYTEST, "-m", "e2e and not slow", "--durations=15", *E2E_OF_AN_OLDER_PIN,
-                    external=True)
+    e2e = DEFAULT_PIN_E2E if pin == DEFAULT else OLDER_PIN_E2E
+    session.run(python, *PYTEST, "-m", "e2e and not slow", "--durations=15", *e2e, external=True)
 
 
 @nox.session(python=WHEEL_PYTHON)
@@ -79,6 +82,6 @@ def wheel(session: nox.Session) -> None:
     session.install(f"{built}[test,gsm8k]")
     with session.chdir(dist):  # away from the checkout: the installed copy is the one on sys.path
         session.run("sglang-overlay", "check")
-    session.run("python", *PYTEST, "-m", "e2e and not slow", "--durations=15",
+    session.run("python", *PYTEST, "-m", "e2e and not slow", "--durations=15", *INSTALL_E2E,
                 env={"SGLANG_OVERLAY_TEST_INSTALLED": "1", "PYTHONDONTWRITEBYTECODE": "1"})
 
