@@ -11,7 +11,6 @@ few small venvs; tier ``ci_slow``.
 from __future__ import annotations
 
 import csv
-import shutil
 import subprocess
 import sys
 import venv
@@ -127,8 +126,8 @@ def test_an_editable_install_has_no_hook_of_its_own(tmp_path):
     """Why ``apply_patches.sh --editable`` writes the hook itself: setuptools' editable wheel carries only a
     path finder, not the build's extra files."""
     python, site = new_env(tmp_path / "env")
-    shutil.copytree(REPO, tmp_path / "src", ignore=shutil.ignore_patterns(".venv*", ".git", "*.egg-info", "build"))
-    pip(python, "install", "--no-deps", "-e", str(tmp_path / "src"))
+    src = copy_checkout(tmp_path / "src")  # the tracked files only: no environments, no .nox/ with its sockets
+    pip(python, "install", "--no-deps", "-e", str(src))
     assert not (site / PTH_NAME).exists()
 
 
