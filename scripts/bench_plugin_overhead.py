@@ -59,7 +59,9 @@ def target_modules() -> set[str]:
     sys.path.insert(0, str(REPO))
     from sglang_overlay.core.registry import discover_patches
 
-    return {m for p in discover_patches() for m in p.modules}
+    from sglang_overlay.core.lockfile import read_pin
+
+    return {m for p in discover_patches(read_pin().version) for m in p.modules}
 
 
 def main(argv=None) -> int:

@@ -179,7 +179,7 @@ def run_status(url: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps(report, indent=2))
         return 0 if report["ok"] else 1
-    number = {p.id: f"#{p.position}" for p in discover_patches() if not p.extra}
+    number = {p.id: f"#{p.position}" for p in discover_patches(lockfile.read_pin().version) if not p.extra}
     table = _table(f"sglang-overlay status: {url}", ("node", "rank", "role", "pid", "overlay", "live patches"))
     for r in report["processes"]:
         if r["overlay"]:
@@ -285,7 +285,7 @@ def rebase_report(wheel: Path) -> list[dict]:
     rows = []
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        for patch in discover_patches():
+        for patch in discover_patches(lockfile.read_pin().version):
             for target in patch.targets:
                 member = fingerprint.module_file_in_wheel(target.module)
                 locked = lock["targets"].get(target.path, {}).get("fingerprint")

@@ -105,9 +105,34 @@ def _installed_sglang() -> str | None:
 _PIN_MODULE = re.compile(r"^test_v(\d+)_(\d+)_(\d+)(_\w+)?\.py$")
 
 
+_RELEASES: dict = {}  # tests/patches/<package>/<folder> -> the Release it tests (from the declarations)
+NOT_COLLECTED: list[str] = []  # release test folders left out here, with the range (printed in the header)
+
+
+def _release_dirs() -> dict:
+    if not _RELEASES:
+        from sglang_overlay.core.registry import ANY_UPSTREAM, discover_patches
+
+        for patch in discover_patches(ANY_UPSTREAM):
+            for release in patch.releases:
+                _RELEASES[REPO / "tests" / "patches" / patch.package.rsplit(".", 1)[-1] / release.folder] = release
+    return _RELEASES
+
+
 def pytest_ignore_collect(collection_path, config):
-    """``test_v0_5_23*.py`` holds one pin's tests (sglang 0.5.23 here): collected only where that sglang
+    """A release folder's tests (``tests/patches/<patch>/<folder>/``, the folder of the patch's code for one
+    upstream design) are collected only where the installed sglang is in that folder's declared range: the
+    range of its ``Release``, declared once, selects the code and its tests alike.
+
+    ``test_v0_5_23*.py`` holds one pin's tests (sglang 0.5.23 here): collected only where that sglang
     is installed, ignored (neither run nor skipped: nothing is missing) under any other."""
+    release = _release_dirs().get(Path(collection_path))
+    if release is not None:
+        installed = _installed_sglang()
+        if installed is None or not release.applies_to(installed):
+            NOT_COLLECTED.append(f"{Path(collection_path).relative_to(REPO)} (sglang{release.upstream})")
+            return True
+        return None
     match = _PIN_MODULE.match(collection_path.name)
     if match is None:
         return None
@@ -151,3 +176,9 @@ def pytest_report_header(config):
     return [f"sglang-overlay form: {current_form()}, installed sglang {_installed_sglang()}, "
             f"fresh interpreters run the {overlay_under_test()} overlay",
             f"full GSM8K splits: {full or 'none here (tests that need them are skipped)'}"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if NOT_COLLECTED:
+        terminalreporter.write_line(f"release folders not collected for the installed sglang {_installed_sglang()}: "
+                                    + ", ".join(NOT_COLLECTED))

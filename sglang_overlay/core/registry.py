@@ -1,28 +1,30 @@
 """The patch registry: every patch is declared once, as data, in its own folder.
 
-A patch is a package ``sglang_overlay/patches/<id_with_underscores>/`` whose
-``__init__.py`` holds ``PATCH = Patch(...)``, plus one description
-``patches/<id>.md``. Everything else about the patch (its hooks, its settings,
-per-upstream-version implementations) lives in that folder; the core knows a
-patch only through this declaration::
+A patch is a package ``sglang_overlay/patches/<id_with_underscores>/`` whose ``__init__.py`` holds
+``PATCH = Patch(...)``, plus one description ``patches/<id>.md``. Code written against one upstream
+design lives in a *release folder* of the patch, a sub-package whose ``__init__.py`` holds
+``RELEASE = Release(...)``: the range of sglang releases it serves, declared once, and its targets.
+The same range selects the folder's tests (``tests/patches/<id_with_underscores>/<folder>/``)::
 
+    # sglang_overlay/patches/my_fix/__init__.py
     PATCH = Patch(
         id="my-fix", title="...", description="my-fix.md", role="scheduler", position=4,
-        targets=(Target("sglang.srt.x", "Cls.method", "sglang_overlay.patches.my_fix.hooks:around", "AROUND"),),
+        targets=(Target("sglang.srt.x", "Cls.method", "sglang_overlay.patches.my_fix.hooks:around"),),  # every release
         knobs=(Knob("SGLANG_OVERLAY_MY_FIX_LIMIT", "10", "what it bounds"),),
     )
+    # sglang_overlay/patches/my_fix/unified/__init__.py
+    RELEASE = Release(">=0.5.23", targets=(Target("sglang.srt.y", "Cls.f", f"{__name__}.gate:around"),))
 
-- ``position`` is the patch's place in the series (``patches/NNNN-<id>.patch``):
-  explicit, so adding a patch never renumbers the others.
-- A ``Target`` with ``upstream=">=0.5.23"`` (a ``packaging`` specifier) applies to
-  those upstream releases only: per-version implementations of one patch are
-  targets whose hooks name different modules of the folder.
-- Hook strings (``"module:function"``) are resolved only when a target is applied,
-  so discovering the registry imports neither torch nor upstream.
+- ``position`` is the patch's place in the series: explicit, so adding a patch never renumbers the others.
+- Hook strings (``"module:function"``) are resolved only when a target is applied, so discovering the
+  registry imports neither torch nor upstream. A release folder's hooks live in that folder; the
+  patch's own targets' hooks live outside every release folder.
+- :func:`discover_patches` takes the upstream version (and, for tests, the package to scan): it reads
+  no lock and no environment.
 
-Invariants checked here: ids are lower-case words joined by ``-`` and match their
-folder; positions and ids are unique; no target is hooked by two patches.
-Cost: one import of each declaration package (cheap by the rule above).
+Invariants checked here: ids are lower-case words joined by ``-`` and match their folder; positions
+and ids are unique; the release ranges of one patch do not overlap (refused naming both); no target is
+hooked twice in one release, nor by two patches. Cost: one import of each declaration package.
 """
 
 from __future__ import annotations
@@ -33,37 +35,44 @@ import re
 from dataclasses import dataclass, field, replace
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 
 from sglang_overlay.core import settings
 from sglang_overlay.errors import RegistryError
 
 HOOK_TYPES = ("BEFORE", "AFTER", "AROUND", "REPLACE")
 ROLES = ("scheduler", "http", "any")
+PATCHES_PACKAGE = "sglang_overlay.patches"
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _KNOB = re.compile(r"^SGLANG_OVERLAY_[A-Z0-9_]+$")
 
-__all__ = ["ANY_UPSTREAM", "HOOK_TYPES", "ROLES", "Knob", "Patch", "RegistryError", "Target", "discover_patches", "package_name"]
+__all__ = ["ANY_UPSTREAM", "HOOK_TYPES", "ROLES", "Knob", "Patch", "RegistryError", "Release", "Target",
+           "discover_patches", "package_name"]
+
+
+def _specifier(text: str, where: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise RegistryError(f"{where}: upstream {text!r} is not a version specifier") from exc
 
 
 @dataclass(frozen=True)
 class Target:
     """One upstream object a patch hooks."""
 
-    module: str  # upstream module, e.g. "sglang.srt.mem_cache.hiradix_cache"
-    qualname: str  # object inside it, e.g. "HiRadixCache.load_back"
+    module: str  # upstream module, e.g. "sglang.srt.mem_cache.unified_radix_cache"
+    qualname: str  # object inside it, e.g. "UnifiedRadixCache._load_back_transfers"
     hook: str  # "package.module:function" resolved at application time
     hook_type: str = "AROUND"  # a sglang HookType name
-    upstream: str = ""  # packaging specifier of the upstream releases it applies to ("" = every release)
+    upstream: str = ""  # set from the release folder that declares it ("" = every release); never by hand
 
     def __post_init__(self) -> None:
         if self.hook_type not in HOOK_TYPES:
             raise RegistryError(f"{self.path}: hook_type {self.hook_type!r} not in {HOOK_TYPES}")
         if ":" not in self.hook:
             raise RegistryError(f"{self.path}: hook {self.hook!r} must be 'module:function'")
-        try:
-            SpecifierSet(self.upstream)
-        except InvalidSpecifier as exc:
-            raise RegistryError(f"{self.path}: upstream {self.upstream!r} is not a version specifier") from exc
+        _specifier(self.upstream, self.path)
 
     @property
     def path(self) -> str:
@@ -79,8 +88,9 @@ class Target:
     def attribute(self) -> str:
         return self.qualname.rsplit(".", 1)[-1]
 
-    def applies_to(self, version: str | None) -> bool:
-        return not self.upstream or version is None or SpecifierSet(self.upstream).contains(version, prereleases=True)
+    @property
+    def hook_module(self) -> str:
+        return self.hook.partition(":")[0]
 
     def resolve_hook(self):
         module_name, _, func_name = self.hook.partition(":")
@@ -88,6 +98,41 @@ class Target:
         for part in func_name.split("."):
             obj = getattr(obj, part)
         return obj
+
+
+@dataclass(frozen=True)
+class Release:
+    """The code of one upstream design: a folder of its patch and the sglang releases it serves.
+
+    ``upstream`` is a ``packaging`` specifier (``">=0.5.23"``), declared here once: it selects the
+    folder's targets for a release and the folder's tests alike. ``folder`` is filled in by discovery.
+    """
+
+    upstream: str
+    targets: tuple[Target, ...]
+    folder: str = ""
+
+    def __post_init__(self) -> None:
+        spec = _specifier(self.upstream, f"release {self.folder or '?'}")
+        if not str(spec):
+            raise RegistryError(f"release {self.folder or '?'}: declares no upstream range (use the patch's targets)")
+        if not self.targets:
+            raise RegistryError(f"release {self.folder or '?'} ({self.upstream}): declares no targets")
+        for target in self.targets:
+            if target.upstream:
+                raise RegistryError(f"release {self.folder or '?'}: target {target.path} sets upstream= itself; "
+                                    "the release's range is declared once, on the Release")
+
+    @property
+    def specifier(self) -> SpecifierSet:
+        return SpecifierSet(self.upstream)
+
+    def applies_to(self, version: str) -> bool:
+        return self.specifier.contains(version, prereleases=True)
+
+    def scoped_targets(self) -> tuple[Target, ...]:
+        """The targets, each carrying this release's range (what ``check`` and the lock report)."""
+        return tuple(replace(t, upstream=self.upstream) for t in self.targets)
 
 
 @dataclass(frozen=True)
@@ -120,15 +165,20 @@ class Knob:
 
 @dataclass(frozen=True)
 class Patch:
-    """A patch of the series: id, series position, title, description file, process role, targets."""
+    """A patch of the series: id, series position, title, description file, process role, targets.
+
+    ``targets`` are hooked on every release; ``releases`` (filled by discovery from the release folders)
+    add each design's own. :meth:`for_upstream` flattens both for one release.
+    """
 
     id: str
     title: str
     description: str  # file name under patches/, e.g. "cp-hicache-owner-lanes.md"
     role: str  # the SGLang process whose imports reach the targets: scheduler | http | any
-    targets: tuple[Target, ...]
-    position: int = 0  # place in the series (patches/NNNN-<id>.patch), >= 1; 0 only for extras
+    targets: tuple[Target, ...] = ()
+    position: int = 0  # place in the series, >= 1; 0 only for extras
     knobs: tuple[Knob, ...] = ()
+    releases: tuple[Release, ...] = ()
     extra: bool = field(default=False, compare=False)  # declared outside the shipped series
 
     def __post_init__(self) -> None:
@@ -138,11 +188,26 @@ class Patch:
             raise RegistryError(f"patch {self.id}: position {self.position!r} must be a whole number >= 1")
         if self.role not in ROLES:
             raise RegistryError(f"patch {self.id}: role {self.role!r} not in {ROLES}")
-        if not self.targets:
-            raise RegistryError(f"patch {self.id}: declares no targets")
-        paths = [(t.path, t.upstream) for t in self.targets]
-        if len(set(paths)) != len(paths):
+        for release in self.releases:
+            paths = [t.path for t in (*self.targets, *release.targets)]
+            if len(set(paths)) != len(paths):
+                raise RegistryError(f"patch {self.id}: a target is declared twice for release {release.folder} "
+                                    f"({release.upstream})")
+        own = [(t.path, t.upstream) for t in self.targets]
+        if len(set(own)) != len(own):
             raise RegistryError(f"patch {self.id}: a target is declared twice")
+        for i, a in enumerate(self.releases):
+            for b in self.releases[i + 1:]:
+                witness = overlap(a.specifier, b.specifier)
+                if witness is not None:
+                    raise RegistryError(
+                        f"patch {self.id}: release folders {a.folder!r} ({a.upstream}) and {b.folder!r} "
+                        f"({b.upstream}) both claim sglang {witness}: a release is served by one folder")
+
+    @property
+    def all_targets(self) -> tuple[Target, ...]:
+        """Every target of every release (the registry's own checks, rebase reports)."""
+        return (*self.targets, *(t for r in self.releases for t in r.scoped_targets()))
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -151,20 +216,62 @@ class Patch:
     @property
     def package(self) -> str:
         """The folder (package) that owns this patch: ``sglang_overlay.patches.<id_with_underscores>``."""
-        return f"sglang_overlay.patches.{package_name(self.id)}"
+        return f"{PATCHES_PACKAGE}.{package_name(self.id)}"
 
-    def for_upstream(self, version: str | None) -> "Patch | None":
-        """This patch with only the targets that apply to upstream ``version``; None when none does
-        (the patch is not part of that release's series)."""
-        targets = tuple(t for t in self.targets if t.applies_to(version))
+    def release_for(self, version: str) -> Release | None:
+        """The release folder that serves upstream ``version`` (None: only the patch's own targets apply)."""
+        return next((r for r in self.releases if r.applies_to(version)), None)
+
+    def for_upstream(self, version: str) -> "Patch | None":
+        """This patch as upstream ``version`` sees it: its own targets plus those of the release folder
+        serving ``version``, flat; None when no target applies (the patch is not in that release's series)."""
+        release = self.release_for(version)
+        own = tuple(t for t in self.targets if not t.upstream or SpecifierSet(t.upstream).contains(version, prereleases=True))
+        targets = (*own, *(release.scoped_targets() if release else ()))
         if not targets:
             return None
-        return self if len(targets) == len(self.targets) else replace(self, targets=targets)
+        return replace(self, targets=targets, releases=())
+
+
+def overlap(a: SpecifierSet, b: SpecifierSet) -> str | None:
+    """A version both ranges contain, or None. Two ranges of versions that share a version share one at
+    or next to a boundary either names (or the lowest version, for two upper bounds): those are searched."""
+    candidates = {"0", "999999"}
+    for spec in (*a, *b):
+        base = Version(spec.version.rstrip(".*"))
+        candidates |= {str(base), f"{base.base_version}.dev0", f"{base.base_version}.post1",
+                       f"{base.base_version}.9999"}
+    for version in sorted(candidates, key=Version):
+        if a.contains(version, prereleases=True) and b.contains(version, prereleases=True):
+            return version
+    return None
 
 
 def package_name(patch_id: str) -> str:
     """The folder name of a patch id: ``cp-hicache-owner-lanes`` -> ``cp_hicache_owner_lanes``."""
     return patch_id.replace("-", "_")
+
+
+def _releases_of(package) -> tuple[Release, ...]:
+    """The release folders of a patch package: each sub-package declaring ``RELEASE = Release(...)``."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(getattr(package, "__path__", [])), key=lambda m: m.name):
+        if not info.ispkg or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        release = getattr(module, "RELEASE", None)
+        if release is None:
+            continue
+        if not isinstance(release, Release):
+            raise RegistryError(f"{module.__name__}.RELEASE is not a Release(...)")
+        release = replace(release, folder=info.name)
+        prefix = f"{module.__name__}."
+        for target in release.targets:
+            if not target.hook_module.startswith(prefix):
+                raise RegistryError(f"release folder {module.__name__}: hook {target.hook} of {target.path} lives "
+                                    "outside the folder (a release's code lives in its folder)")
+        found.append(release)
+    return tuple(found)
 
 
 def _load_declaration(module_name: str, extra: bool) -> Patch:
@@ -176,34 +283,35 @@ def _load_declaration(module_name: str, extra: bool) -> Patch:
         raise RegistryError(f"{module_name} declares patch {patch.id!r}: its folder must be {package_name(patch.id)}")
     if not extra and patch.position < 1:
         raise RegistryError(f"patch {patch.id}: a patch of the series declares its position (>= 1)")
-    if extra:
-        patch = replace(patch, extra=True)
-    return patch
+    releases = _releases_of(module)
+    folders = {f"{module.__name__}.{r.folder}." for r in releases}
+    for target in patch.targets:
+        if any(target.hook_module.startswith(f) for f in folders):
+            raise RegistryError(f"patch {patch.id}: target {target.path} of every release has its hook {target.hook} "
+                                "in a release folder; declare it in that folder's RELEASE")
+    if not releases and not patch.targets:
+        raise RegistryError(f"patch {patch.id}: declares no targets and has no release folder")
+    return replace(patch, releases=releases, extra=extra)
 
 
-ANY_UPSTREAM = "*"  # discover_patches(ANY_UPSTREAM): every target of every release
+ANY_UPSTREAM = "*"  # discover_patches(ANY_UPSTREAM): every patch with all its release folders
 
 
-def discover_patches(upstream: str | None = None) -> list[Patch]:
-    """Every declared patch in series order, then the extras (``SGLANG_OVERLAY_EXTRA_PATCHES``).
+def discover_patches(upstream: str, package: str = PATCHES_PACKAGE, extra: tuple[str, ...] = ()) -> list[Patch]:
+    """Every declared patch of ``package`` in series order, then the ``extra`` declaration modules.
 
-    Each patch keeps only the targets that apply to upstream release ``upstream`` (default: the
-    pin in use, read from the lock); a patch with none left is not part of that release's series.
-    ``ANY_UPSTREAM`` keeps every target of every release (the registry's own checks, the docs).
+    For upstream release ``upstream`` each patch is flat (:meth:`Patch.for_upstream`: its own targets and
+    its release folder's); a patch with none is not part of that release's series. ``ANY_UPSTREAM`` keeps
+    each patch whole, with its release folders. Reads no lock and no environment.
     """
-    from sglang_overlay import patches as series_pkg
-
+    series_pkg = importlib.import_module(package)
     names = sorted(m.name for m in pkgutil.iter_modules(series_pkg.__path__) if m.ispkg and not m.name.startswith("_"))
     series = sorted((_load_declaration(f"{series_pkg.__name__}.{n}", extra=False) for n in names),
                     key=lambda p: p.position)
-    found = series + [_load_declaration(n, extra=True) for n in settings.extra_patch_modules()]
+    found = series + [_load_declaration(n, extra=True) for n in extra]
     _check_unique(series, found)
     if upstream == ANY_UPSTREAM:
         return found
-    if upstream is None:
-        from sglang_overlay.core import lockfile
-
-        upstream = lockfile.read_pin().version
     return [q for q in (p.for_upstream(upstream) for p in found) if q is not None]
 
 
@@ -217,7 +325,9 @@ def _check_unique(series: list[Patch], found: list[Patch]) -> None:
         if patch.id in seen:
             raise RegistryError(f"patch id {patch.id!r} declared twice")
         seen[patch.id] = patch.title
-    targets = [(t.path, t.upstream) for p in found for t in p.targets]
-    dup = {t for t, _ in targets if targets.count((t, _)) > 1}
-    if dup:
-        raise RegistryError(f"targets hooked by more than one patch: {sorted(dup)}")
+    owner: dict[str, str] = {}
+    for patch in found:
+        for path in {t.path for t in patch.all_targets}:
+            if path in owner:
+                raise RegistryError(f"target {path} is hooked by two patches: {owner[path]} and {patch.id}")
+            owner[path] = patch.id

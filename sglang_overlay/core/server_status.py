@@ -29,7 +29,7 @@ import re
 import socket
 from urllib.parse import urlparse
 
-from sglang_overlay.core import records
+from sglang_overlay.core import lockfile, records
 from sglang_overlay.core.registry import discover_patches
 
 _TITLE_ROLES = (("scheduler", "scheduler"), ("tokenizer_worker", "http"))  # title prefix -> patch role
@@ -124,7 +124,7 @@ def server_status(url: str) -> dict:
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     listener = _listener(port)
     tree = _server_tree(listener)
-    roles_with_patches = {p.role for p in discover_patches() if not p.extra}
+    roles_with_patches = {p.role for p in discover_patches(lockfile.read_pin().version) if not p.extra}
     rows = []
     for proc in tree:
         title = _title(proc)
