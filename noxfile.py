@@ -1,12 +1,14 @@
 """The CI matrix as nox sessions: every supported pin, and the Python the official image runs.
 
 ``.ci/run`` runs the README's two commands (the default pin's environment and its default tier), then
-these sessions; each can be run alone (``nox -s wheel``). The pins are the folders of ``patches/pins/``
+these sessions; each can be run alone (``nox -s wheel``).
+
+- ``lint``: ruff (lint and format), the core's layering (import-linter contracts in pyproject.toml) and
+  the README's generated tables, with the default pin's environment's tools. The pins are the folders of ``patches/pins/``
 and the default is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
 
 - ``tiers(pin)``: the pin's environment as ``scripts/apply_patches.sh`` builds it (Python 3.11; the
-  default pin's is the README's ``.venv``, reused when present), then ``lock --check`` and
-  ``series --check``, and the tiers that prove something on that pin: the default tier (skipped for the
+  default pin's is the README's ``.venv``, reused when present), then ``lock --check``, and the tiers that prove something on that pin: the default tier (skipped for the
   default pin, whose default tier the README's command ran), ``ci_slow``, and real-server modules. The
   default pin runs every real-server module once: here those that do not depend on how the overlay was
   installed (both launchers, the abort matrix, the GSM8K runner and its A/B against pristine upstream, the
@@ -55,6 +57,16 @@ def _venv(pin: str) -> Path:
 
 
 @nox.session(venv_backend="none")
+def lint(session: nox.Session) -> None:
+    """ruff check and format, the layers of the core, the README's generated tables."""
+    bin_dir = _venv(DEFAULT) / "bin"
+    session.run(str(bin_dir / "ruff"), "check", ".", external=True)
+    session.run(str(bin_dir / "ruff"), "format", "--check", ".", external=True)
+    session.run(str(bin_dir / "lint-imports"), "--no-cache", external=True)
+    session.run(str(bin_dir / "python"), "scripts/readme_tables.py", "--check", external=True)
+
+
+@nox.session(venv_backend="none")
 @nox.parametrize("pin", PINS)
 def tiers(session: nox.Session, pin: str) -> None:
     """One pin's environment from the project's script, its checks and its tiers."""
@@ -64,7 +76,6 @@ def tiers(session: nox.Session, pin: str) -> None:
         session.run(str(REPO / "scripts" / "apply_patches.sh"), "--upstream", pin, external=True)
     python, overlay = str(venv / "bin" / "python"), str(venv / "bin" / "sglang-overlay")
     session.run(overlay, "lock", "--check", external=True)
-    session.run(overlay, "series", "--check", external=True)
     if pin != DEFAULT:
         session.run(python, *PYTEST, external=True)
     session.run(python, *PYTEST, "-m", "ci_slow", "--durations=10", external=True)

@@ -1,1 +1,1 @@
-"""Data package: ships patches/ (upstream.lock, descriptions, diff series) as sglang_overlay.series."""
+"""Data package: ships patches/ (descriptions, pins and their locks) as sglang_overlay.data."""

@@ -13,17 +13,11 @@
 #   scripts/apply_patches.sh --venv DIR      use/create another environment
 #   scripts/apply_patches.sh --editable      install the overlay editable (development) instead of as a wheel
 #   scripts/apply_patches.sh --print-pin     print the pin read from the lock and exit
-#   scripts/apply_patches.sh --source DIR    apply the diff series (patches/pins/VER/series) to an upstream
-#                                            checkout (files under DIR/python/sglang/...) instead of setting up
-#   scripts/apply_patches.sh --site-packages apply the diff series to the environment's installed sglang
-#                                            (--venv), then run its `sglang-overlay check`
 #
 # Idempotent. While it runs, DIR/.sglang-overlay-incomplete marks the environment as unfinished
 # (`sglang-overlay check` refuses such an environment); it is removed only after the check passes.
 # The overlay is installed as users install it: a wheel built from this checkout (it carries the
 # process-start hook); --editable installs it editable and writes the hook with `process-hook --install`.
-# The series is checked whole before anything is written (git apply, atomic): a hunk that does not
-# apply leaves the tree untouched; a tree that already carries the series is left as it is.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,11 +27,9 @@ VENV=""
 UPSTREAM=""
 PYTHON="${PYTHON:-python3}"
 PRINT_PIN=0
-SERIES_INTO=""
-SOURCE_DIR=""
 WHEEL_CACHE="${SGLANG_OVERLAY_WHEEL_CACHE:-$HOME/.cache/sglang-overlay/wheels}"
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpu) MODE=gpu ;;
@@ -49,9 +41,6 @@ while [ $# -gt 0 ]; do
               PYTHON="$2"; shift ;;
     --editable) EDITABLE=1 ;;
     --print-pin) PRINT_PIN=1 ;;
-    --source) [ $# -ge 2 ] || { echo "apply_patches.sh: --source needs a directory" >&2; exit 2; }
-              SERIES_INTO=source; SOURCE_DIR="$2"; shift ;;
-    --site-packages) SERIES_INTO=site-packages ;;
     -h|--help) usage; exit 0 ;;
     *) echo "apply_patches.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -83,59 +72,6 @@ TORCH_PIP="$(pin torch_pip isolated)"
 if [ "$PRINT_PIN" = 1 ]; then
   echo "sglang==$SGLANG_VERSION torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION python $HAVE_PY (locked: $PYTHONS)"
   echo "wheel ${WHEEL:-none for Python $HAVE_PY} sha256 ${WHEEL_SHA:-none}"
-  exit 0
-fi
-
-# --- the diff series, applied to sources (the source form; no environment is set up) ----------
-# $1: directory git apply runs in, $2: leading path components to strip, $3: what is patched.
-apply_series() {
-  local dir="$1" strip="$2" what="$3" list="$PIN_DIR/series" p err
-  command -v git >/dev/null || die "git is needed to apply the series (git apply)"
-  [ -f "$list" ] || die "missing $list"
-  local files=() reversed=()
-  while IFS= read -r p; do
-    case "$p" in ''|'#'*) continue ;; esac
-    [ -f "$PIN_DIR/$p" ] || die "$list names $p, which does not exist"
-    files+=("$PIN_DIR/$p")
-  done < "$list"
-  [ ${#files[@]} -gt 0 ] || die "patches/series lists no patch"
-  for ((i = ${#files[@]} - 1; i >= 0; i--)); do reversed+=("${files[i]}"); done
-  # The ceiling keeps git from treating an enclosing repository as the root (site-packages inside a
-  # project's .venv); an upstream checkout that is itself a git repository is still its own root.
-  local GA=(env GIT_CEILING_DIRECTORIES="$(dirname "$dir")" git -C "$dir" apply -p"$strip")
-  err="$(mktemp)"
-  step "series: checking ${#files[@]} patch(es) against $what"
-  if "${GA[@]}" --check "${files[@]}" 2>"$err"; then
-    "${GA[@]}" "${files[@]}" 2>>"$err" || { cat "$err" >&2; rm -f "$err"; die "git apply failed after a clean check"; }
-    rm -f "$err"
-    for p in "${files[@]}"; do echo "    applied $(basename "$p")"; done
-    step "series applied to $what: the runtime hooks stay off wherever this sglang is imported"
-    return 0
-  fi
-  if "${GA[@]}" -R --check "${reversed[@]}" 2>/dev/null; then
-    rm -f "$err"
-    echo "already applied: $what carries every patch of the series; nothing changed"
-    return 0
-  fi
-  echo "apply_patches.sh: git apply --check says:" >&2
-  sed 's/^/    /' "$err" >&2
-  rm -f "$err"
-  die "refusing: the series does not apply to $what (not the pristine sglang==$SGLANG_VERSION, or partly patched); nothing was changed"
-}
-
-if [ "$SERIES_INTO" = source ]; then
-  [ -d "$SOURCE_DIR/python/sglang" ] || die "--source $SOURCE_DIR: no python/sglang/ inside (expected an upstream checkout)"
-  apply_series "$(cd "$SOURCE_DIR" && pwd)" 1 "$SOURCE_DIR (upstream checkout)"
-  exit 0
-fi
-if [ "$SERIES_INTO" = site-packages ]; then
-  [ -x "$VENV/bin/python" ] || die "no environment at $VENV (set it up first, or pass --venv DIR)"
-  SITE="$("$VENV/bin/python" -c 'import importlib.util as u, os; s = u.find_spec("sglang"); print(os.path.dirname(list(s.submodule_search_locations)[0]) if s and s.submodule_search_locations else "")')"
-  [ -n "$SITE" ] && [ -d "$SITE/sglang" ] || die "no sglang installed in $VENV"
-  apply_series "$SITE" 2 "$SITE/sglang"
-  if [ -x "$VENV/bin/sglang-overlay" ]; then
-    "$VENV/bin/sglang-overlay" check || die "the source form does not verify in $VENV (see the table above)"
-  fi
   exit 0
 fi
 

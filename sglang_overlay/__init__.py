@@ -1,12 +1,11 @@
 """sglang-overlay: a fork-style patch set over one pinned upstream SGLang release.
 
-Importing this package changes nothing. Patches are applied when SGLang loads
-its general plugins (entry point ``sglang_overlay`` in ``sglang.srt.plugins``),
-or by an explicit :func:`apply` in programs that embed SGLang without its
-launcher.
+Importing this package changes nothing. Patches are applied when SGLang loads its general plugins (entry
+point ``sglang_overlay`` in ``sglang.srt.plugins``), or by an explicit :func:`apply` in programs that embed
+SGLang without its launcher.
 """
 
-__version__ = "0.1.0"
+from sglang_overlay.version import __version__
 
 
 def apply(lock_path=None) -> dict:

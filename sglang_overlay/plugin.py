@@ -1,14 +1,13 @@
 """SGLang general-plugin entry point (group ``sglang.srt.plugins``, name ``sglang_overlay``).
 
-SGLang calls :func:`load` from ``load_plugins()`` in the main process, ``Engine`` and
-every scheduler process (processes it starts without that call are entered through
-``core.processes``). ``load_plugins`` swallows ``Exception``s from plugins, so
-verification failures leave here as ``OverlayStartupError`` (a ``SystemExit``):
-start-up ends with the message instead of running unpatched.
+SGLang calls :func:`load` from ``load_plugins()`` in the main process, ``Engine`` and every scheduler
+process (processes it starts without that call are entered through ``sglang_overlay.process_start``).
+``load_plugins`` swallows ``Exception``s from plugins, so verification failures leave here as
+``OverlayStartupError`` (a ``SystemExit``): start-up ends with the message instead of running unpatched.
 
-Invariants: whatever makes apply() fail leaves here as ``OverlayStartupError``; the process's
-role for its INFO line comes from the function that called ``load_plugins()``. Cost: what
-``core.hooking.apply`` costs (a few milliseconds).
+Invariants: whatever makes apply() fail leaves here as ``OverlayStartupError``; the process's role for its
+INFO line comes from the function that called ``load_plugins()``. Cost: what ``core.hooking.apply`` costs
+(a few milliseconds).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sglang_overlay import __version__
+from sglang_overlay.version import __version__
 from sglang_overlay_gsm8k import data, extra, paired, prompts, report
 
 DEFAULT_BASE_URL = "http://127.0.0.1:30000"

@@ -1,10 +1,13 @@
 """Shared pytest set-up: offline, quiet, repository root importable (tests.support).
 
-Pins: a module named ``test_v<major>_<minor>_<patch>*.py`` (``test_v0_5_23.py``) tests one supported
-upstream pin's implementation; it is collected only where that sglang is installed. A test (or a module's
-``pytestmark``) that drives one range of releases carries ``@pytest.mark.upstream("<0.5.23", why=...)``
-and is skipped, with the range and the reason, under any other; so ``pytest`` in either pin's environment
-is that pin's whole suite.
+Releases: the one way a test says which upstream it needs is where it lives. A patch's release folder
+(``sglang_overlay/patches/<patch>/<folder>/``, ``RELEASE = Release(range, ...)``) has its tests in
+``tests/patches/<patch>/<folder>/``, collected only where the installed sglang is in that range (the range
+declared once, for the code and its tests); everything else runs on every pin. So ``pytest`` in either
+pin's environment is that pin's whole suite, and the folders left out are listed at the end of the run.
+
+Tiers (markers): the default run is in-process; ``ci_slow`` holds fresh interpreters, packaging, nested
+pytest runs and quick benchmarks; ``e2e`` the real servers; ``slow`` the long runs.
 
 Data: ``GSM8K_DIR`` is the small committed fixture (tests/data/gsm8k, MIT, with its notice), so a
 clone with nothing beside it runs its suite. ``full_gsm8k_dir()`` finds the full splits (the
@@ -13,7 +16,6 @@ project's ``../shared/data/gsm8k``, else the runner's cache); tests that need th
 """
 
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -77,22 +79,6 @@ def subprocess_env(**extra: str) -> dict:
     return env
 
 
-# --------------------------------------------------------------------------- the two forms of the series
-# SGLANG_OVERLAY_TEST_FORM=source runs the suites against an sglang tree carrying the diff series
-# (tests/support/series_forms.py); tests about the runtime form itself skip there, with the reason.
-
-
-def pytest_configure(config):
-    from tests.support.series_forms import current_form, form_problem
-
-    try:
-        problem = form_problem(current_form())
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    if problem:
-        raise pytest.UsageError(problem)
-
-
 def _installed_sglang() -> str | None:
     import importlib.metadata
 
@@ -100,9 +86,6 @@ def _installed_sglang() -> str | None:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-_PIN_MODULE = re.compile(r"^test_v(\d+)_(\d+)_(\d+)(_\w+)?\.py$")
 
 
 _RELEASES: dict = {}  # tests/patches/<package>/<folder> -> the Release it tests (from the declarations)
@@ -120,61 +103,22 @@ def _release_dirs() -> dict:
 
 
 def pytest_ignore_collect(collection_path, config):
-    """A release folder's tests (``tests/patches/<patch>/<folder>/``, the folder of the patch's code for one
-    upstream design) are collected only where the installed sglang is in that folder's declared range: the
-    range of its ``Release``, declared once, selects the code and its tests alike.
-
-    ``test_v0_5_23*.py`` holds one pin's tests (sglang 0.5.23 here): collected only where that sglang
-    is installed, ignored (neither run nor skipped: nothing is missing) under any other."""
+    """A release folder's tests are collected only where the installed sglang is in the folder's range."""
     release = _release_dirs().get(Path(collection_path))
-    if release is not None:
-        installed = _installed_sglang()
-        if installed is None or not release.applies_to(installed):
-            NOT_COLLECTED.append(f"{Path(collection_path).relative_to(REPO)} (sglang{release.upstream})")
-            return True
+    if release is None:
         return None
-    match = _PIN_MODULE.match(collection_path.name)
-    if match is None:
-        return None
-    return True if ".".join(match.groups()[:3]) != _installed_sglang() else None
-
-
-def upstream_skip_reason(item, installed: str | None) -> str | None:
-    """Why ``item`` does not run here: it carries ``@pytest.mark.upstream(SPEC, why=...)`` (a module's
-    ``pytestmark`` or a test's) and the installed sglang is outside SPEC (``"<0.5.23"``: it drives that
-    pin's classes, or pins that release's upstream behaviour; the other pin has its own tests)."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
-    for mark in item.iter_markers("upstream"):
-        spec = SpecifierSet(mark.args[0])
-        if installed is None or not spec.contains(Version(installed), prereleases=True):
-            return f"for sglang{spec}, installed {installed}: {mark.kwargs.get('why', '')}".rstrip(": ")
+    installed = _installed_sglang()
+    if installed is None or not release.applies_to(installed):
+        left_out = f"{Path(collection_path).relative_to(REPO)} (sglang{release.upstream})"
+        if left_out not in NOT_COLLECTED:
+            NOT_COLLECTED.append(left_out)
+        return True
     return None
 
 
-def pytest_collection_modifyitems(config, items):
-    from tests.support.series_forms import current_form, source_form_skip_reason
-
-    installed = _installed_sglang()
-    for item in items:
-        reason = upstream_skip_reason(item, installed)
-        if reason:
-            item.add_marker(pytest.mark.skip(reason=reason))
-    if current_form() != "source":
-        return
-    for item in items:
-        reason = source_form_skip_reason(item.nodeid)
-        if reason:
-            item.add_marker(pytest.mark.skip(reason=reason))
-
-
 def pytest_report_header(config):
-    from tests.support.series_forms import current_form
-
     full = full_gsm8k_dir()
-    return [f"sglang-overlay form: {current_form()}, installed sglang {_installed_sglang()}, "
-            f"fresh interpreters run the {overlay_under_test()} overlay",
+    return [f"installed sglang {_installed_sglang()}, fresh interpreters run the {overlay_under_test()} overlay",
             f"full GSM8K splits: {full or 'none here (tests that need them are skipped)'}"]
 
 

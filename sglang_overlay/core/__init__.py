@@ -1,14 +1,16 @@
-"""The overlay's core: what every patch relies on and no patch owns.
+"""The overlay's core: what every patch relies on and no patch owns, in layers (each imports only below).
 
-- ``registry``: declarations (``Patch``, ``Target``, ``Knob``) and their discovery from ``sglang_overlay/patches/``;
-- ``lockfile`` / ``fingerprint`` / ``introspection``: the pin, target fingerprints, shared AST and attribute helpers;
-- ``verify``: the side-effect-free plan (``Status`` per target);
-- ``hooking``: applying the plan in a process (lazy finder, proof, revert);
-- ``source_form`` / ``series``: the same declarations as a diff series over the upstream sources;
-- ``settings``: the core's environment variables and the readers patches use for theirs.
+1. ``settings``, ``introspection`` (and ``sglang_overlay.errors``): environment variables, AST and attribute helpers;
+2. ``installed``, ``fingerprint``, ``process_hook``: the installed upstream (version, sources), the ``.pth`` line;
+3. ``lockfile``: the pins and their locks; ``rebase`` compares a lock with another wheel;
+4. ``registry``: declarations (``Patch``, ``Release``, ``Target``, ``Knob``); version and package passed in;
+5. ``verify``: the plan per target and the one ``ready()`` rule;
+6. ``records``, ``processes``, ``server_status``: per-process records, roles, the INFO line;
+7. ``hooking``: applying the plan in a process (lazy finder, proof, revert).
 
-The core knows patches only through the registry. Importing it imports neither torch nor sglang.
+Above the core: the entry points (``sglang_overlay.plugin``, ``sglang_overlay.process_start``), then the CLI.
+The order is a contract CI checks (``lint-imports``, contracts in pyproject.toml).
 
-Invariants: no module here imports a patch's implementation; only ``hooking`` resolves hooks.
-Cost: importing the core reads no file (the lock is read on first use).
+Invariants: the core knows patches only through the registry; only ``hooking`` resolves hooks.
+Cost: importing the core reads no file and imports neither torch nor sglang.
 """

@@ -2,9 +2,9 @@
 
 The job, in order (``apply``, once per process, under one lock):
 
-1. ``core.verify.make_plan()``: version pin and every enabled patch's fingerprints.
-   A patch that does not verify is refused whole: strict (default) raises
-   ``OverlayError``; ``SGLANG_OVERLAY_STRICT=0`` logs one warning, skips the patch
+1. ``core.verify``: version pin, every enabled patch's fingerprints, the process-start hook (the
+   parts of ``verify.ready()`` a running process can see). A patch that does not verify is refused whole: strict
+   (default) raises ``OverlayError``; ``SGLANG_OVERLAY_STRICT=0`` logs one warning, skips the patch
    and restores any target of it already hooked (``_revert``).
 2. A target whose module is already imported is hooked at once through SGLang's
    ``HookRegistry``. Any other waits in ``_STATE.pending`` and is hooked the moment
@@ -31,10 +31,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from sglang_overlay.core import lockfile, processes, settings, source_form
+from sglang_overlay.core import lockfile, processes, settings
 from sglang_overlay.core.introspection import raw_attribute, resolve_owner, unwrap_descriptor
 from sglang_overlay.core.registry import Patch, Target
-from sglang_overlay.core.verify import make_plan
+from sglang_overlay.core.verify import make_plan, process_hook_problem
 from sglang_overlay.errors import OverlayError
 
 logger = logging.getLogger("sglang_overlay")
@@ -50,7 +50,6 @@ class _State:
     pending: dict[str, list[tuple[Patch, Target]]] = field(default_factory=dict)  # module -> targets
     skipped: dict[str, str] = field(default_factory=dict)  # patch id -> reason
     originals: dict[str, tuple[object, str, object]] = field(default_factory=dict)  # path -> (owner, attr, raw before hooking)
-    source: dict[str, list[Target]] = field(default_factory=dict)  # patch id -> targets the sources carry
     finder: "_DeferredPatchFinder | None" = None
     apply_s: float = 0.0  # time apply() itself took (verification + immediate hooks)
 
@@ -62,15 +61,9 @@ _LOCK = threading.RLock()
 def status() -> dict:
     """What this process has applied, is waiting to apply, and skipped."""
     with _LOCK:
-        applied = {k: list(v) for k, v in _STATE.applied.items()}
-        for patch_id, targets in _STATE.source.items():
-            live = [t.path for t in targets if _source_target_live(t)]
-            if live:
-                applied[patch_id] = live
         return {
             "started": _STATE.started,
-            "applied": applied,
-            "source_form": sorted(_STATE.source),
+            "applied": {k: list(v) for k, v in _STATE.applied.items()},
             "pending_modules": sorted(_STATE.pending),
             "pending_patches": sorted({p.id for items in _STATE.pending.values() for p, _ in items}),
             "skipped": dict(_STATE.skipped),
@@ -79,18 +72,6 @@ def status() -> dict:
 
 
 # --------------------------------------------------------------------------- hooking
-
-
-def _source_target_live(target: Target) -> bool:
-    """A source-form target counts as applied once its module is imported and its attribute is
-    the source form's wrapper (the same rule as a runtime hook: hooked when its module imports)."""
-    if target.module not in sys.modules:
-        return False
-    try:
-        raw = raw_attribute(resolve_owner(target.module, target.owner_path), target.attribute)
-    except AttributeError:
-        return False
-    return source_form.is_source_wrapper(raw, target.path)
 
 
 def _chain_holds(current, hook, original) -> bool:
@@ -250,7 +231,7 @@ def apply(lock_path=None, role: str | None = None, announce: bool = True) -> dic
             finally:
                 _STATE.apply_s = time.perf_counter() - started
         current = status()
-        if _STATE.started and not settings.source_applied():
+        if _STATE.started:
             if announce:
                 processes.announce(current, role)
             else:
@@ -265,26 +246,18 @@ def deferred_finder():
 
 def _apply_unlocked(lock_path, role: str | None = None) -> None:
     """apply() under _LOCK, once per process."""
-    if settings.source_applied():
-        _STATE.started = True
-        _STATE.skipped.update({"*": "the series is applied to the sources; runtime hooks are off"})
-        return
     plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
     if plan.version_problem:
         raise OverlayError(plan.version_problem)
-    try:
-        processes.require_process_hook(plan, role)
-    except OverlayError as exc:
-        if settings.strict():
-            raise
-        logger.warning("sglang-overlay (%s=0): %s", settings.STRICT, exc)
+    hook_problem = process_hook_problem(plan, role)
+    if hook_problem and settings.strict():
+        raise OverlayError(hook_problem)
+    if hook_problem:
+        logger.warning("sglang-overlay (%s=0): %s", settings.STRICT, hook_problem)
     _STATE.started = True
     processes.mark_children()
     for patch in plan.enabled:
         refusal = plan.refusal(patch)
-        if patch.id in plan.source and not refusal:  # the sources carry it: no runtime hook
-            _STATE.source[patch.id] = list(patch.targets)
-            continue
         if refusal:
             _fail(patch.id, refusal)
             continue

@@ -1,7 +1,7 @@
 """The pins: each supported upstream release's lock, one folder each, and which one is the default.
 
-Every supported release has a folder ``patches/pins/<version>/`` holding its ``upstream.lock`` (and its
-diff series); ``patches/pins/default`` names the default pin in one line. In a process the lock is the
+Every supported release has a folder ``patches/pins/<version>/`` holding its ``upstream.lock``;
+``patches/pins/default`` names the default pin in one line. In a process the lock is the
 one whose version is the installed sglang's, else the default's (whose version check then names every
 supported pin). JSON, sorted, one target per entry::
 
@@ -14,7 +14,7 @@ supported pin). JSON, sorted, one target per entry::
 
 ``wheels`` has one entry per CPython upstream ships that release for (sglang carries Rust extensions, so
 one wheel per tag; their Python sources are byte-identical, so one set of fingerprints serves them all).
-``sglang-overlay lock`` regenerates a lock from the installed upstream.
+``sglang-overlay lock`` regenerates a lock from the installed upstream (:func:`regenerate`).
 
 Invariants: the lock is the only place a pin lives; JSON sorted, so regenerating an unchanged upstream
 is byte-identical; a hand-edited fingerprint breaks its module's seal; a pin folder is named by its
@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from sglang_overlay.core import installed, settings
+from sglang_overlay.core import fingerprint, installed, settings
 from sglang_overlay.core.introspection import sha256_tag
 
 LOCK_NAME = "upstream.lock"
@@ -52,11 +53,11 @@ class Pin:
 
 def patches_dir() -> Path:
     """The folder of descriptions and pins: ``patches/`` of the source checkout this package runs from,
-    else the copy a built wheel ships as ``sglang_overlay.series``."""
+    else the copy a built wheel ships as ``sglang_overlay.data``."""
     checkout = Path(__file__).resolve().parents[2] / "patches"
     if (checkout / PINS_DIR / DEFAULT_FILE).is_file():
         return checkout
-    return Path(str(resources.files("sglang_overlay.series")))
+    return Path(str(resources.files("sglang_overlay.data")))
 
 
 def default_version(base: Path | None = None) -> str:
@@ -158,3 +159,49 @@ def module_seal(file_digest: str | None, fingerprints: dict[str, str]) -> str:
     installed file is the one those fingerprints were computed from (a hand-edited fingerprint breaks it)."""
     text = "\n".join([str(file_digest)] + [f"{p}={f}" for p, f in sorted(fingerprints.items())])
     return sha256_tag(text)
+
+
+class LockError(ValueError):
+    """A lock cannot be regenerated as asked (no sglang, a wheel of another release, a missing target)."""
+
+
+def wheel_entries(paths, version: str) -> dict:
+    """``{python: {"file", "sha256"}}`` for sglang wheels of ``version`` (one per CPython tag it ships)."""
+    wheels = {}
+    for path in map(Path, paths):
+        try:
+            name, found, _, tags = parse_wheel_filename(path.name)
+        except InvalidWheelFilename as exc:
+            raise LockError(str(exc)) from None
+        if str(name) != "sglang" or str(found) != version:
+            raise LockError(f"{path.name} is not a wheel of the installed sglang {version}")
+        for python in {f"{t.interpreter[2]}.{t.interpreter[3:]}" for t in tags if t.interpreter.startswith("cp")}:
+            wheels[python] = {"file": path.name, "sha256": sha256_file(path)}
+    return wheels
+
+
+def regenerate(patches, wheel_files=()) -> tuple[Path, dict, dict | None]:
+    """The installed release's lock built afresh: (its path, the new data, the current data or None).
+
+    The path is ``patches/pins/<installed version>/upstream.lock`` (a new pin's folder), or the override.
+    A new pin starts from the default pin's torch fields (edit them in its lock: apply_patches.sh reads
+    them) and needs ``wheel_files`` so the lock records each wheel's sha256."""
+    version = installed.installed_sglang_version()
+    if version is None:
+        raise LockError("no sglang installed")
+    path = lock_path() if settings.lock_override() else pin_dir(version) / LOCK_NAME
+    current = read_lock(path) if path.exists() else None
+    template = current or read_lock(pin_dir(default_version()) / LOCK_NAME)
+    same_release = current is not None and current["upstream"]["version"] == version
+    wheels = {**(current["upstream"].get("wheels", {}) if same_release else {}), **wheel_entries(wheel_files, version)}
+    if not wheels:
+        raise LockError(f"sglang {version} is not the locked version; pass --wheel FILE for each CPython it ships "
+                        "(pip download --no-deps sglang==VERSION --python-version 3.12 ...) so the lock records "
+                        "their sha256")
+    upstream = {k: v for k, v in template["upstream"].items() if k in Pin.__dataclass_fields__}
+    pin = Pin(**{**upstream, "package": "sglang", "version": version, "wheels": dict(sorted(wheels.items()))})
+    try:
+        data = build_lock(patches, pin, fingerprint.fingerprint_installed, fingerprint.installed_file_digest)
+    except fingerprint.TargetNotFound as exc:
+        raise LockError(f"a target is missing in the installed upstream: {exc}") from None
+    return path, data, current

@@ -19,12 +19,12 @@ DISABLE = "SGLANG_OVERLAY_DISABLE"
 ALLOW_UNPINNED = "SGLANG_OVERLAY_ALLOW_UNPINNED"
 LOCK = "SGLANG_OVERLAY_LOCK"
 EXTRA_PATCHES = "SGLANG_OVERLAY_EXTRA_PATCHES"
-SOURCE_APPLIED = "SGLANG_OVERLAY_SOURCE_APPLIED"
 SGLANG_PLUGINS = "SGLANG_PLUGINS"
 PROCESS_START = "SGLANG_OVERLAY_PROCESS_START"  # set by an overlay process: its children apply the overlay
 STATUS_DIR = "SGLANG_OVERLAY_STATUS_DIR"  # where each process keeps its status record
 
 PLUGIN_NAME = "sglang_overlay"
+PLUGIN_MODULE = "sglang_overlay.plugin"  # its entry point: PLUGIN_MODULE:load
 PLUGIN_GROUP = "sglang.srt.plugins"
 
 _FALSE = {"0", "false", "no", "off"}
@@ -75,14 +75,18 @@ def extra_patch_modules() -> list[str]:
     return _csv(EXTRA_PATCHES)
 
 
-def source_applied() -> bool:
-    """Set where the diff series was applied to the sources: runtime hooks then stay off."""
-    return flag(SOURCE_APPLIED, False)
+def process_start_marked() -> bool:
+    """An overlay process marked this one's start (it is a descendant: the ``.pth`` hook applies here)."""
+    return bool(os.environ.get(PROCESS_START))
+
+
+def sglang_plugins_raw() -> str:
+    return os.environ.get(SGLANG_PLUGINS, "")
 
 
 def sglang_plugins_whitelist() -> list[str] | None:
     """SGLANG_PLUGINS as SGLang reads it: None when unset or empty (every plugin loads)."""
-    raw = os.environ.get(SGLANG_PLUGINS, "")
+    raw = sglang_plugins_raw()
     if not raw:
         return None
     return [x.strip() for x in raw.split(",") if x.strip()]

@@ -1,10 +1,9 @@
 """The README's "Add or drop a patch" steps are all it takes: walked on a throw-away patch in a
-temporary copy of this checkout (its tracked files as they are in the working tree).
+temporary copy of this checkout (its tracked files as they are in the working tree; tier ci_slow).
 
-The maintainer writes two things, the patch's folder and its description; the documented commands
-regenerate the lock, the series and the README's tables; no existing patch file is renumbered or
-touched; the registry-derived tests cover the new patch without an edit; dropping it restores the
-tree exactly."""
+The maintainer writes two things, the patch's folder and its description (and its tests); the documented
+commands regenerate the lock and the README's tables; no existing patch file is touched; the
+registry-derived tests cover the new patch without an edit; dropping it restores the tree exactly."""
 
 from __future__ import annotations
 
@@ -18,6 +17,8 @@ import pytest
 
 from tests.conftest import REPO, subprocess_env
 from tests.support.checkout import changed, copy_checkout, git
+
+pytestmark = pytest.mark.ci_slow  # a copy of the checkout, fresh interpreters and a nested pytest
 
 DECLARATION = '''\
 """Patch demo-added: a throw-away patch that proves the "add a patch" steps (test only)."""
@@ -101,6 +102,20 @@ def overlay(root, *args) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+REGENERATE = (("lock",), ("readme",))  # the documented regeneration: the lock, then the README's tables
+
+
+def regenerate(root) -> None:
+    for step in REGENERATE:
+        if step == ("readme",):
+            env = {**subprocess_env(), "PYTHONPATH": str(root)}
+            proc = subprocess.run([sys.executable, "scripts/readme_tables.py", "--write"], cwd=root, env=env,
+                                  capture_output=True, text=True, timeout=120)
+        else:
+            proc = overlay(root, *step)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory):
     """This checkout's tracked files (working-tree content) in a fresh git repository."""
@@ -108,9 +123,9 @@ def copy(tmp_path_factory):
 
 
 def test_adding_a_patch_takes_its_folder_and_its_description(copy):
-    from sglang_overlay.core.registry import discover_patches
+    from sglang_overlay.core.registry import ANY_UPSTREAM, discover_patches
 
-    position = max(p.position for p in discover_patches()) + 1
+    position = max(p.position for p in discover_patches(ANY_UPSTREAM)) + 1
     folder = copy / "sglang_overlay" / "patches" / "demo_added"
     folder.mkdir()
     (folder / "__init__.py").write_text(DECLARATION.format(position=position))
@@ -125,55 +140,44 @@ def test_adding_a_patch_takes_its_folder_and_its_description(copy):
                                "sglang_overlay/patches/demo_added/hooks.py", "patches/demo-added.md",
                                "tests/patches/demo_added/__init__.py", "tests/patches/demo_added/test_demo_added.py"}
 
-    for step in (("lock",), ("series", "--write")):  # the documented regeneration
-        proc = overlay(copy, *step)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-
+    regenerate(copy)
     regenerated = changed(copy) - written_by_hand
-    from sglang_overlay.core import lockfile
-
-    pin = PIN_FOLDER  # the installed pin's folder: patches/pins/<version>/
-    new_patch = f"{pin}/{position:04d}-demo-added.patch"
-    readme = {"README.md"} if pin == f"patches/pins/{lockfile.default_version()}" else set()  # the default pin's tables
-    assert regenerated == {f"{pin}/upstream.lock", f"{pin}/series", new_patch} | readme, regenerated
-    assert git(copy, "diff", "--", f"{pin}/0001-cp-hicache-owner-lanes.patch") == ""  # nothing renumbered
-    if readme:
-        text = (copy / "README.md").read_text()
-        assert "`demo-added`" in text and "`SGLANG_OVERLAY_DEMO_ADDED_LIMIT`" in text
+    assert regenerated == {f"{PIN_FOLDER}/upstream.lock", "README.md"}, regenerated
+    text = (copy / "README.md").read_text()
+    assert "`demo-added`" in text and "`SGLANG_OVERLAY_DEMO_ADDED_LIMIT`" in text
 
     check = overlay(copy, "check", "--json")
     rows = [r for r in json.loads(check.stdout)["targets"] if r["patch"] == "demo-added"]
     assert check.returncode == 0 and [r["fingerprint"] for r in rows] == ["match"], check.stdout[-2000:]
 
-    # the registry-derived tests cover it with no edit: declaration, description, lock, series
+    # the registry-derived tests cover it with no edit: declaration, description, lock, README
     env = subprocess_env()
     env["PYTHONPATH"] = str(copy)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
-                           "tests/core/test_overlay_registry.py", "tests/patches/demo_added"],
+                           "tests/core/test_overlay_registry.py", "tests/core/test_readme.py",
+                           "tests/patches/demo_added"],
                           cwd=copy, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    for test in ("test_description_has_sections_and_trailers", "test_every_target_is_locked_and_its_hook_resolves",
-                 "test_each_patch_has_its_tests_folder"):
+    for test in ("test_description_has_sections_and_trailers",
+                 "test_every_target_of_the_installed_release_is_locked_and_its_hook_resolves",
+                 "test_each_patch_and_each_release_folder_has_its_tests_folder"):
         assert f"{test}[demo-added] PASSED" in proc.stdout, proc.stdout[-3000:]
-    series = overlay(copy, "series", "--check")
-    assert series.returncode == 0, series.stdout + series.stderr
+    assert "test_the_readme_tables_are_generated_from_the_registry PASSED" in proc.stdout
 
 
 def test_dropping_it_restores_the_tree(copy):
     shutil.rmtree(copy / "sglang_overlay" / "patches" / "demo_added")
     shutil.rmtree(copy / "tests" / "patches" / "demo_added")
     (copy / "patches" / "demo-added.md").unlink()
-    for step in (("lock",), ("series", "--write")):
-        proc = overlay(copy, *step)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+    regenerate(copy)
     assert changed(copy) == set(), git(copy, "status", "--porcelain")
 
 
 def test_a_second_patch_at_a_taken_position_is_refused(tmp_path):
     code = textwrap.dedent("""
         import sys
-        from sglang_overlay.core.registry import discover_patches
-        discover_patches()
+        from sglang_overlay.core.registry import ANY_UPSTREAM, discover_patches
+        discover_patches(ANY_UPSTREAM)
     """)
     root = tmp_path / "tree"
     shutil.copytree(REPO / "sglang_overlay", root / "sglang_overlay", ignore=shutil.ignore_patterns("__pycache__"))

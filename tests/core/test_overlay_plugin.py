@@ -1,7 +1,8 @@
-"""The overlay through SGLang's own plugin path, in fresh interpreters, on the real upstream.
+"""The overlay through SGLang's own plugin path, in fresh interpreters, on the real upstream (tier ci_slow).
 
-Uses the test-only patch tests/support/demo_patch.py (RadixKey.page_aligned) with a
-lock generated for it, plus the shipped series.
+Uses the test-only patch tests/support/demo_patch.py (RadixKey.page_aligned) with a lock generated for it,
+plus the shipped patches of the installed pin: every target of its lock hooked through HookRegistry, and a
+hand-edited fingerprint of a real target refusing start-up naming it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import json
 
 import pytest
 
-from tests.support.proc import run_cli, run_python
+from tests.support.proc import HOOK_REPORT, hook_report, run_cli, run_python
 
+pytestmark = pytest.mark.ci_slow  # fresh interpreters that import sglang: seconds each
 DEMO = "tests.support.demo_patch"
 DEMO_TARGET = "sglang.srt.mem_cache.radix_cache.RadixKey.page_aligned"
 
@@ -82,8 +84,9 @@ def test_every_shipped_patch_is_wrapped_after_its_modules_import():
     load_plugins()
     from sglang_overlay.core.hooking import status, _chain_holds
     from sglang_overlay.core.introspection import raw_attribute, resolve_owner
+    from sglang_overlay.core import lockfile
     from sglang_overlay.core.registry import discover_patches
-    patches = discover_patches()
+    patches = discover_patches(lockfile.read_pin().version)
     out = {}
     for p in patches:
         for t in p.targets:
@@ -102,6 +105,29 @@ def test_every_shipped_patch_is_wrapped_after_its_modules_import():
     for path, holds_hook in rep["targets"].items():
         assert holds_hook, f"{path} is not wrapped by the overlay's hook"
     assert rep["status"]["pending_modules"] == []
+
+
+def test_every_target_of_the_installed_pins_lock_is_hooked_through_load_plugins():
+    report = hook_report(run_python(HOOK_REPORT, timeout=300))
+    installed = importlib.metadata.version("sglang")
+    assert report["pin"] == installed and report["lock"].endswith(f"patches/pins/{installed}/upstream.lock")
+    assert report["wrapped"] and all(report["wrapped"].values()), report["wrapped"]
+    applied = {path for paths in report["status"]["applied"].values() for path in paths}
+    assert applied == set(report["wrapped"]), report["status"]
+    assert set(report["status"]["applied"]) == {"cp-hicache-owner-lanes", "moe-cp-compaction", "openai-abort-status"}
+
+
+def test_a_drifted_fingerprint_of_a_real_target_refuses_start_up(tmp_path):
+    from sglang_overlay.core import lockfile
+
+    data = lockfile.read_lock()
+    target, entry = sorted(data["targets"].items())[0]
+    entry["fingerprint"] = "sha256:" + "0" * 64
+    lock = tmp_path / "upstream.lock"
+    lock.write_text(json.dumps(data))
+    proc = run_python(HOOK_REPORT, timeout=300, SGLANG_OVERLAY_LOCK=str(lock))
+    assert proc.returncode != 0
+    assert target in proc.stderr and f"patch '{entry['patch']}'" in proc.stderr
 
 
 def test_importing_the_package_changes_nothing():

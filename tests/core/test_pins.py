@@ -1,8 +1,8 @@
-"""Supported pins: one folder per upstream release (lock and series), chosen by the installed sglang;
+"""Supported pins: one folder per upstream release (its lock), chosen by the installed sglang;
 ``patches/pins/default`` names the default in one line.
 
-Pin-independent (runs under any installed sglang): reads the committed locks and the registry,
-never imports upstream. The pin's own behaviour is in ``tests/*/test_v0_5_23*.py``.
+Pin-independent (runs under any installed sglang): reads the committed locks and the registry, never
+imports upstream. A release's own behaviour is tested in its release folder (``tests/patches/<patch>/<folder>/``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from sglang_overlay.core import installed, lockfile, verify
-from sglang_overlay.core.registry import ANY_UPSTREAM, Patch, Target, discover_patches
+from sglang_overlay.core.registry import ANY_UPSTREAM, Patch, Release, Target, discover_patches
 from tests.conftest import REPO
 
 PINS = {"0.5.20": REPO / "patches" / "pins" / "0.5.20", "0.5.23": REPO / "patches" / "pins" / "0.5.23"}
@@ -84,36 +84,24 @@ def test_each_pins_lock_holds_exactly_the_targets_declared_for_it(pin):
     assert lock["upstream"]["version"] == pin
     declared = {t.path: (p.id, t.hook_type) for p in discover_patches(pin) if not p.extra for t in p.targets}
     assert {path: (e["patch"], e["hook_type"]) for path, e in lock["targets"].items()} == declared
-    series = (PINS[pin] / "series").read_text().split()
-    assert series == sorted(f"{p.position:04d}-{p.id}.patch" for p in discover_patches(pin) if not p.extra)
-    assert all((PINS[pin] / name).is_file() for name in series)
 
 
-def test_each_release_gets_its_own_implementation_of_a_hooked_method():
-    """One upstream method, two hooks: 0.5.20's full branch, 0.5.23's normalize-then-upstream."""
-    path = "sglang.srt.managers.tokenizer_manager.TokenizerManager._handle_abort_finish_reason"
-
-    def hook(pin):
-        return {t.path: t.hook for p in discover_patches(pin) for t in p.targets}[path]
-
-    assert hook("0.5.20").endswith(":handle_abort_finish_reason")
-    assert hook("0.5.23").endswith(":normalize_then_upstream")
-    every = [t for p in discover_patches(ANY_UPSTREAM) for t in p.targets if t.path == path]
-    assert sorted(t.upstream for t in every) == ["<0.5.23", ">=0.5.23"]
-
-
-def test_discovery_defaults_to_the_pin_in_use(monkeypatch):
-    monkeypatch.setattr(installed, "installed_sglang_version", lambda: "0.5.23")
-    assert {t.path for p in discover_patches() for t in p.targets} == \
-        {t.path for p in discover_patches("0.5.23") for t in p.targets}
-    assert not any("HiRadixCache" in t.path for p in discover_patches() for t in p.targets)
+def test_each_release_folder_serves_its_pins_and_no_other():
+    """Every release folder's range holds at least one supported pin, and every pin is served by exactly one
+    folder of each patch that has folders: a pin never runs two designs' hooks, nor none."""
+    for patch in discover_patches(ANY_UPSTREAM):
+        for release in patch.releases:
+            assert any(release.applies_to(pin) for pin in PINS), (patch.id, release.folder, release.upstream)
+        if patch.releases:
+            for pin in PINS:
+                assert sum(r.applies_to(pin) for r in patch.releases) == 1, (patch.id, pin)
 
 
 def test_a_patch_without_a_target_for_a_release_is_not_in_its_series():
-    patch = Patch(id="only-old", title="t", description="d.md", role="any", position=9,
-                  targets=(Target("sglang.srt.x", "A.f", "m:f", upstream="<0.5.23"),))  # fmt: skip
+    old = Release("<0.5.23", targets=(Target("sglang.srt.x", "A.f", "pkg.only_old.hiradix.m:f"),), folder="hiradix")
+    patch = Patch(id="only-old", title="t", description="d.md", role="any", position=9, releases=(old,))
     assert patch.for_upstream("0.5.23") is None
-    assert patch.for_upstream("0.5.20") is patch
+    assert [t.path for t in patch.for_upstream("0.5.20").targets] == ["sglang.srt.x.A.f"]
 
 
 def run_apply(*args):
@@ -123,7 +111,8 @@ def run_apply(*args):
 def test_apply_patches_reads_the_older_pin():
     proc = run_apply("--upstream", "0.5.20", "--print-pin")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("sglang==0.5.20 torch==2.13.0 torchvision==0.28.0 python 3.")
+    pin = lockfile.read_pin(PINS["0.5.20"] / "upstream.lock")
+    assert proc.stdout.startswith(f"sglang==0.5.20 torch=={pin.torch} torchvision=={pin.torchvision} python 3.")
 
 
 def test_apply_patches_refuses_an_unsupported_pin_and_names_the_supported_ones():
@@ -171,7 +160,8 @@ def test_check_is_not_ok_when_the_installed_sglang_does_not_import(monkeypatch):
 
     plan = verify.make_plan()
     monkeypatch.setattr(installed.importlib, "import_module", import_module)
-    report = cli._check_report(plan)
-    assert report["ok"] is False and report["problems"] == []
-    assert report["import_problem"].startswith(f"sglang {installed.installed_sglang_version()} is installed but does not "
-                                               "import (sglang.srt.plugins.hook_registry: ModuleNotFoundError")
+    report = cli._check_report(plan, ["sglang-overlay"])
+    assert report["ok"] is False and report["problems"] == []  # every target matches: only the import fails
+    expected = (f"sglang {installed.installed_sglang_version()} is installed but does not import "
+                "(sglang.srt.plugins.hook_registry: ModuleNotFoundError")
+    assert any(p.startswith(expected) for p in report["readiness"]), report["readiness"]

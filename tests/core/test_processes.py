@@ -1,5 +1,6 @@
 """Every process, or no start: the process-start hook, the refusal without it, the INFO line, the
-per-process records and ``sglang-overlay status`` (fresh interpreters, the installed environment).
+per-process records and ``sglang-overlay status`` (fresh interpreters, the installed environment; tier
+ci_slow). The rule itself is tested in-process in tests/core/test_readiness.py.
 
 The real-server tier (tests/e2e) shows the same on a running SGLang server with tokenizer workers;
 these tests pin each mechanism down on its own."""
@@ -15,9 +16,11 @@ import time
 
 import pytest
 
-from sglang_overlay.core import lockfile, processes
+from sglang_overlay.core import lockfile, process_hook
 from tests.conftest import REPO, subprocess_env
 from tests.support.proc import run_cli, run_python
+
+pytestmark = pytest.mark.ci_slow  # fresh interpreters that import sglang: seconds each
 
 # a target the owner-lanes patch hooks in the installed pin (0.5.20: RadixCache, 0.5.23: UnifiedRadixCache)
 TARGET = [e for _, e in sorted(lockfile.read_lock()["targets"].items()) if e["patch"] == "cp-hicache-owner-lanes"][-1]
@@ -41,7 +44,7 @@ print("REPORT" + json.dumps({{"wrapped": hasattr(fn, "__wrapped__"),
 
 
 def test_the_process_hook_is_installed_in_this_environment():
-    assert processes.process_hook_path() is not None, "scripts/apply_patches.sh installs it"
+    assert process_hook.installed_path() is not None, "scripts/apply_patches.sh installs it"
     proc = run_cli("process-hook", "--check", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["installed"] is True
 
@@ -74,8 +77,8 @@ def test_applying_marks_the_children():
 
 
 REFUSAL = """
-from sglang_overlay.core import lockfile, processes
-processes.process_hook_path = lambda: None  # an environment without the .pth hook
+from sglang_overlay.core import process_hook
+process_hook.installed_path = lambda: None  # an environment without the .pth hook
 from sglang.srt.plugins import load_plugins
 load_plugins()
 print("STARTED")
@@ -87,50 +90,6 @@ def test_without_the_hook_start_up_refuses_naming_processes_and_patches():
     assert proc.returncode != 0 and "STARTED" not in proc.stdout
     assert "tokenizer worker processes" in proc.stderr and "['openai-abort-status']" in proc.stderr
     assert "sglang-overlay process-hook --install" in proc.stderr
-
-
-class _Plan:
-    """The two things require_process_hook reads of a verify.Plan: enabled patches and the source form."""
-
-    def __init__(self, *roles: str):
-        from types import SimpleNamespace
-
-        self.enabled = [SimpleNamespace(id=f"p-{role}", role=role) for role in roles]
-        self.source = {}
-
-
-@pytest.fixture
-def no_hook(monkeypatch):
-    monkeypatch.setattr(processes, "process_hook_path", lambda: None)
-    monkeypatch.delenv("SGLANG_OVERLAY_PROCESS_START", raising=False)
-
-
-LAUNCH = ["/venv/lib/python3.12/site-packages/sglang/launch_server.py", "--model-path", "m"]
-
-
-@pytest.mark.parametrize("argv", [LAUNCH + ["--tokenizer-worker-num", "2"], LAUNCH + ["--tokenizer-worker-num=4"],
-                                  LAUNCH + ["--config", "c.yaml"], ["-c"], ["my_program.py"]])  # fmt: skip
-def test_without_the_hook_a_launch_that_may_start_tokenizer_workers_is_refused(no_hook, argv):
-    """Refused where tokenizer workers could run an HTTP-process patch unpatched: more than one asked for, or a
-    command line that does not say (a config file, an embedding program); the message names both."""
-    from sglang_overlay.errors import OverlayError
-
-    with pytest.raises(OverlayError) as exc:
-        processes.require_process_hook(_Plan("scheduler", "http"), "http", argv)
-    assert "tokenizer worker processes" in str(exc.value) and "['p-http']" in str(exc.value)
-    assert "p-scheduler" not in str(exc.value)
-
-
-@pytest.mark.parametrize("plan, role, argv", [
-    (_Plan("scheduler", "http"), "http", LAUNCH),  # one tokenizer worker: SGLang's default
-    (_Plan("scheduler", "http"), "http", LAUNCH + ["--tokenizer-worker-num", "1"]),
-    (_Plan("scheduler", "http"), "http", ["/venv/bin/sglang", "serve", "--model-path", "m"]),
-    (_Plan("scheduler", "http"), "scheduler", LAUNCH + ["--tokenizer-worker-num", "2"]),  # starts no worker
-    (_Plan("scheduler", "http"), "detokenizer", ["-c"]),
-    (_Plan("scheduler"), "http", LAUNCH + ["--tokenizer-worker-num", "2"]),  # no patch of the HTTP process
-])  # fmt: skip
-def test_without_the_hook_nothing_is_refused_where_no_such_process_can_exist(no_hook, plan, role, argv):
-    processes.require_process_hook(plan, role, argv)
 
 
 def test_a_marked_child_outside_a_server_imports_a_target_quietly():
@@ -250,23 +209,6 @@ def test_a_record_is_removed_when_its_process_ends(tmp_path):
     assert proc.returncode == 0
     time.sleep(0.1)
     assert records.is_dir() and not list(records.glob("*.json"))
-
-
-@pytest.mark.parametrize("title, server", [
-    ("/r/.venv/bin/python -m sglang.launch_server --model-path m --port 30000", True),
-    ("/r/.venv/bin/sglang serve --model-path m", True),
-    ("sglang::scheduler_TP0", True),
-    ("sglang::tokenizer_worker:4242", True),
-    ("/r/.venv/bin/python3 /r/.venv/bin/sglang-overlay demo --tokenizer-worker-num 2", False),
-    ("/r/.venv/bin/python3 /r/.venv/bin/sglang-overlay launch --model-path m", False),
-    ("/r/.venv/bin/python -m pytest tests/e2e -m e2e", False),
-])  # fmt: skip
-def test_status_takes_only_sglang_server_processes_for_the_servers_top(title, server):
-    """`sglang-overlay demo` starts the server as its child: found first by the demo's own test, the
-    demo process was taken for the server's main process and reported ABSENT (NOT OK)."""
-    from sglang_overlay.core.server_status import _is_server_process
-
-    assert _is_server_process(title) is server
 
 
 def test_the_status_table_is_one_line_per_process_within_100_columns(served):

@@ -21,7 +21,7 @@ from sglang_overlay.core import processes, records, server_status
 
 ROOT = os.geteuid() == 0
 as_root = pytest.mark.skipif(not ROOT, reason="playing another local user needs root (CI and sessions run as root)")
-STATUS = {"applied": {"p": ["t"]}, "pending_modules": [], "pending_patches": [], "skipped": {}, "source_form": []}
+STATUS = {"applied": {"p": ["t"]}, "pending_modules": [], "pending_patches": [], "skipped": {}}
 
 
 @pytest.fixture

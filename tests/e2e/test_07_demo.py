@@ -1,4 +1,4 @@
-"""`sglang-overlay demo`: the README's one command for a CPU-only try-out. It starts a patched server on
+"""`scripts/demo.py`: the README's one command for a CPU-only try-out. It starts a patched server on
 the tiny offline model, prints the URL and the per-process status, serves, and stops cleanly on Ctrl-C,
 even on a second Ctrl-C during the stop (no process of the launch left)."""
 
@@ -12,13 +12,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from tests.conftest import REPO, overlay_under_test, subprocess_env
+from tests.conftest import REPO, subprocess_env
 from tests.support.proc import with_default_sigint
 
 pytestmark = pytest.mark.e2e
@@ -56,11 +55,7 @@ def _read_until(lines: _Lines, pattern: str, timeout_s: float, seen: list[str]) 
 
 def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model, tmp_path):
     env = subprocess_env(COLUMNS="200")
-    command = [str(Path(sys.executable).parent / "sglang-overlay")]
-    if overlay_under_test() == "installed":  # the demo runs from a checkout (its CPU stand-ins are test tooling)
-        command = [sys.executable, "-m", "sglang_overlay"]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([*command, "demo", "--tokenizer-worker-num", "2",
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "demo.py"), "--tokenizer-worker-num", "2",
                              "--log-dir", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             preexec_fn=with_default_sigint)

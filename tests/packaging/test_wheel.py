@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_overlay.core.processes import PTH_LINE, PTH_NAME
+from sglang_overlay.core.process_hook import PTH_LINE, PTH_NAME
 from tests.conftest import REPO
 from tests.support.checkout import copy_checkout
 
@@ -74,12 +74,12 @@ def test_the_wheel_and_the_sdist_carry_the_hook_and_every_pin(dists):
         names = set(zf.namelist())
         assert zf.read(PTH_NAME).decode() == PTH_LINE  # the line the package checks for, at the wheel's root
     pins = {p.relative_to(REPO / "patches").as_posix() for p in (REPO / "patches" / "pins").rglob("*") if p.is_file()}
-    assert {f"sglang_overlay/series/{p}" for p in pins} <= names
+    assert {f"sglang_overlay/data/{p}" for p in pins} <= names
     import tarfile
 
     with tarfile.open(sdist) as tf:
         members = {m.name.split("/", 1)[1] for m in tf.getmembers() if "/" in m.name}
-    assert {"setup.py", "pyproject.toml", "sglang_overlay/core/processes.py", "patches/pins/default"} <= members
+    assert {"setup.py", "pyproject.toml", "sglang_overlay/core/process_hook.py", "patches/pins/default"} <= members
 
 
 def test_pip_install_puts_the_hook_in_site_packages_and_in_record(dists, tmp_path):
@@ -96,13 +96,13 @@ def test_uninstall_removes_the_hook_and_an_upgrade_replaces_it(dists, tmp_path):
     python, site = new_env(tmp_path / "env")
     pip(python, "install", "--no-deps", str(dists[0]))
     copy = copy_checkout(tmp_path / "next")  # the next release: another version, another hook line
-    (copy / "pyproject.toml").write_text((copy / "pyproject.toml").read_text().replace(
-        'version = "0.1.0"', 'version = "0.1.1"'))
-    processes_py = copy / "sglang_overlay" / "core" / "processes.py"
-    old = processes_py.read_text()
+    version_py = copy / "sglang_overlay" / "version.py"
+    version_py.write_text(version_py.read_text().replace('__version__ = "0.1.0"', '__version__ = "0.1.1"'))
+    hook_py = copy / "sglang_overlay" / "core" / "process_hook.py"
+    old = hook_py.read_text()
     new = old.replace("except ImportError:\\\\n pass", "except ImportError:\\\\n  pass")
     assert new != old
-    processes_py.write_text(new)
+    hook_py.write_text(new)
     upgrade, _ = build(copy, tmp_path / "dist-next")
     pip(python, "install", "--no-deps", str(upgrade))
     assert [p.name for p in site.glob("sglang_overlay-*.dist-info")] == ["sglang_overlay-0.1.1.dist-info"]

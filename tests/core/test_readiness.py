@@ -1,0 +1,123 @@
+"""The one readiness rule (``core.verify.ready``), in-process: what start-up, ``check`` and ``launch`` refuse.
+
+The fresh-interpreter view of the same rule (a real ``load_plugins()`` refusing) is tests/core/test_processes.py
+(tier ci_slow); here each case of the rule runs against the real lock and the installed sglang's sources.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+
+from sglang_overlay import cli
+from sglang_overlay.core import lockfile, process_hook, verify
+from sglang_overlay.core.server_status import _is_server_process
+
+
+class _Plan(verify.Plan):
+    """A plan with only the patches' roles (the hook rule reads nothing else)."""
+
+    def __init__(self, *roles: str):
+        super().__init__([SimpleNamespace(id=f"p-{role}", role=role) for role in roles], {}, [], None)
+
+
+@pytest.fixture
+def no_hook(monkeypatch):
+    monkeypatch.setattr(process_hook, "installed_path", lambda: None)
+    monkeypatch.delenv("SGLANG_OVERLAY_PROCESS_START", raising=False)
+
+
+LAUNCH = ["/venv/lib/python3.12/site-packages/sglang/launch_server.py", "--model-path", "m"]
+
+
+@pytest.mark.parametrize("argv", [LAUNCH + ["--tokenizer-worker-num", "2"], LAUNCH + ["--tokenizer-worker-num=4"],
+                                  LAUNCH + ["--config", "c.yaml"], ["-c"], ["my_program.py"], []])  # fmt: skip
+def test_without_the_hook_a_launch_that_may_start_tokenizer_workers_is_refused(no_hook, argv):
+    """Refused where tokenizer workers could run an HTTP-process patch unpatched: more than one asked for, or a
+    command line that does not say (a config file, an embedding program, ``check``); the message names both."""
+    problem = verify.process_hook_problem(_Plan("scheduler", "http"), "http", argv)
+    assert "tokenizer worker processes" in problem and "['p-http']" in problem and "p-scheduler" not in problem
+    assert problem in verify.ready(_Plan("scheduler", "http"), "http", argv)
+
+
+@pytest.mark.parametrize("plan, role, argv", [
+    (_Plan("scheduler", "http"), "http", LAUNCH),  # one tokenizer worker: SGLang's default
+    (_Plan("scheduler", "http"), "http", LAUNCH + ["--tokenizer-worker-num", "1"]),
+    (_Plan("scheduler", "http"), "http", ["/venv/bin/sglang", "serve", "--model-path", "m"]),
+    (_Plan("scheduler", "http"), "scheduler", LAUNCH + ["--tokenizer-worker-num", "2"]),  # starts no worker
+    (_Plan("scheduler", "http"), "detokenizer", ["-c"]),
+    (_Plan("scheduler"), "http", LAUNCH + ["--tokenizer-worker-num", "2"]),  # no patch of the HTTP process
+])  # fmt: skip
+def test_without_the_hook_nothing_is_refused_where_no_such_process_can_exist(no_hook, plan, role, argv):
+    assert verify.process_hook_problem(plan, role, argv) is None
+    assert verify.ready(plan, role, argv) == []
+
+
+def test_a_marked_child_needs_no_hook_of_its_own(no_hook, monkeypatch):
+    monkeypatch.setenv("SGLANG_OVERLAY_PROCESS_START", "4242")
+    assert verify.process_hook_problem(_Plan("http"), "http", ["-c"]) is None
+
+
+def _drifted_lock() -> tuple[dict, str, str]:
+    lock = copy.deepcopy(lockfile.read_lock())
+    path, entry = sorted(lock["targets"].items())[0]
+    entry["fingerprint"] = "sha256:" + "0" * 64
+    return lock, path, entry["patch"]
+
+
+def test_the_shipped_lock_is_ready_at_start_up():
+    assert verify.ready(verify.make_plan(), role="scheduler") == []
+
+
+def test_a_drifted_fingerprint_is_one_refusal_naming_patch_target_and_the_way_out():
+    lock, path, patch = _drifted_lock()
+    problems = verify.ready(verify.make_plan(lock), role="scheduler")
+    assert len(problems) == 1 and path in problems[0] and f"patch '{patch}'" in problems[0]
+    assert f"SGLANG_OVERLAY_DISABLE={patch}" in problems[0] and "rebase-check" in problems[0]
+
+
+def test_a_disabled_patch_is_not_verified(monkeypatch):
+    lock, _, patch = _drifted_lock()
+    monkeypatch.setenv("SGLANG_OVERLAY_DISABLE", patch)
+    assert verify.ready(verify.make_plan(lock), role="scheduler") == []
+
+
+def test_another_release_is_one_problem_and_no_target_is_read(monkeypatch):
+    lock = copy.deepcopy(lockfile.read_lock())
+    lock["upstream"]["version"] = "0.0.1"
+    plan = verify.make_plan(lock)
+    assert plan.statuses == {} and verify.ready(plan) == [plan.version_problem]
+    assert "does not support the installed sglang" in plan.version_problem
+
+
+def test_check_and_launch_refuse_what_the_rule_refuses(no_hook):
+    """``check`` knows no launch command line (workers not told: the hook's absence counts); ``launch`` reads
+    its own arguments; both are the rule with ``environment=True``."""
+    plan = verify.make_plan()
+    report = cli._check_report(plan, [])
+    assert report["ok"] is False and any("process-start hook" in p for p in report["readiness"])
+    assert cli._check_report(plan, ["sglang-overlay", "--model-path", "m"])["readiness"] == verify.ready(
+        plan, argv=["sglang-overlay", "--model-path", "m"], environment=True)
+
+
+def test_a_whitelist_without_the_overlay_is_a_launch_problem(monkeypatch):
+    monkeypatch.setenv("SGLANG_PLUGINS", "someone_else")
+    problems = verify.ready(verify.make_plan(), role="scheduler", environment=True)
+    assert any("does not name 'sglang_overlay'" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("title, server", [
+    ("/r/.venv/bin/python -m sglang.launch_server --model-path m --port 30000", True),
+    ("/r/.venv/bin/sglang serve --model-path m", True),
+    ("sglang::scheduler_TP0", True),
+    ("sglang::tokenizer_worker:4242", True),
+    ("/r/.venv/bin/python3 scripts/demo.py --tokenizer-worker-num 2", False),
+    ("/r/.venv/bin/python3 /r/.venv/bin/sglang-overlay launch --model-path m", False),
+    ("/r/.venv/bin/python -m pytest tests/e2e -m e2e", False),
+])  # fmt: skip
+def test_status_takes_only_sglang_server_processes_for_the_servers_top(title, server):
+    """The demo starts the server as its child: the demo process must not be taken for the server's main
+    process (it was, and was reported ABSENT)."""
+    assert _is_server_process(title) is server
