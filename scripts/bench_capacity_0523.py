@@ -3,7 +3,7 @@
 
 What it measures. One call of ``allocator.evict_to_free_tokens(tree_cache, num_tokens)``
 (what upstream runs before every paged extend and decode allocation) hooked by the patch
-(``v0_5_23_capacity.evict_to_free_tokens_hook``: owner-lane plan, evict the plan) against
+(``unified.capacity.evict_to_free_tokens_hook``: owner-lane plan, evict the plan) against
 the same call unhooked (upstream: ``evict_for_alloc`` for the shortfall of the min-lane
 floor, then ``_evict_until_allocatable`` until that floor rises), at 1k / 10k / 100k
 evictable leaves:
@@ -13,7 +13,7 @@ evictable leaves:
 - pages evicted per deficit page on short lanes, and pages evicted in units holding no
   page of a short lane (goal 0) / of lanes that are not short (co-residents included);
 - time per call, call to return (median), the ratio upstream / patch, and thread-CPU time;
-- tensor ops and host syncs during planning (``v0_5_23.plan_lanes`` under the counter of
+- tensor ops and host syncs during planning (``unified.planning.plan_lanes`` under the counter of
   ``tests/support/hicache_tensor_count.py``, untimed, on the state just before each
   timed patch call; goal 0).
 
@@ -66,8 +66,9 @@ def refill_shortage(h) -> None:
 def run_side(patch: bool, num_leaves: int, calls: int, seed: int) -> dict:
     from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
 
-    from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23 as v23
-    from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23_capacity as cap
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import plan_lanes
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as cap
     from tests.support.hicache_tensor_count import count_tensor_work
 
     t0 = time.perf_counter()
@@ -78,7 +79,7 @@ def run_side(patch: bool, num_leaves: int, calls: int, seed: int) -> dict:
     call = (functools.partial(cap.evict_to_free_tokens_hook, original, h.alloc) if patch
             else functools.partial(original, h.alloc))
     row = {"leaves": len(h.tree.evictable_device_leaves), "build_s": round(build_s, 2)}
-    state = v23.state_of(h.cache)
+    state = state_of(h.cache)
     if patch:
         t = time.perf_counter()
         state.leaf_index(h.tree)
@@ -95,7 +96,7 @@ def run_side(patch: bool, num_leaves: int, calls: int, seed: int) -> dict:
         deficit = [max(0, k - f) for f in free]
         if patch:
             with count_tensor_work() as work:
-                v23.plan_lanes(h.cache, state, [k] * N, free)
+                plan_lanes(h.cache, state, [k] * N, free)
             tensor_ops += work.total
             syncs += work.host_syncs
         c, t = time.thread_time(), time.perf_counter()

@@ -82,7 +82,7 @@ class Tree:
     def __init__(self, num_leaves: int, num_requests: int, seed: int, policy: str = "write_back"):
         import torch
 
-        from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+        from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
         from tests.support import hicache_cpu as hc
 
         self.hc = hc
@@ -156,8 +156,8 @@ class Tree:
 
     def chain(self, target):
         """(hit node, chain metadata of the nodes to load, resident ancestor), as load_back walks it."""
-        from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import chain_metas
-        from sglang_overlay.patches.cp_hicache_owner_lanes.state import state_of
+        from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.allocation import chain_metas
+        from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
 
         node = self.hc.path_nodes(self.cache, target)[-1][0]
         nodes = []
@@ -291,8 +291,9 @@ def upstream_fallback_load_back(cache, node):
     since alloc() raises here."""
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import alloc_owner_classed, chain_metas, commit_load
-    from sglang_overlay.patches.cp_hicache_owner_lanes.state import state_of
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.allocation import alloc_owner_classed, chain_metas
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.load_back import commit_load
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
 
     alloc = cache.token_to_kv_pool_allocator
     last_hit, nodes = node, []
@@ -362,7 +363,7 @@ def bound_violated(plan, n) -> bool:
 def bench_size(num_leaves, num_requests, seed):
     from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
     from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, need_of, plan_owner_lane_eviction
-    from sglang_overlay.patches.cp_hicache_owner_lanes.state import state_of
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
     from tests.support.hicache_cpu import settle
     from tests.support.hicache_tensor_count import count_tensor_work
 

@@ -2,7 +2,7 @@
 """Benchmark: cp-hicache-owner-lanes on sglang 0.5.23, whole load-back path against whole path.
 
 What it measures. One call of ``UnifiedRadixCache._load_back_transfers`` hooked by the
-patch (``v0_5_23.load_back_transfers_hook``: owner-lane plan, evict the plan, upstream's
+patch (``unified.gate.load_back_transfers_hook``: owner-lane plan, evict the plan, upstream's
 own ``alloc_cyclic`` load) against the same call unhooked (upstream's gate:
 ``available_size()``, i.e. the tightest lane, filled by lane-blind LRU ``evict_for_alloc``,
 then the same load), at 1k / 10k / 100k evictable leaves:
@@ -19,7 +19,7 @@ then the same load), at 1k / 10k / 100k evictable leaves:
 - time per call, from call to return (median over the load-backs of a tree), and the
   ratio upstream / patch; beside it the calling thread's CPU time per call
   (``time.thread_time``), less sensitive to other jobs on shared cores;
-- tensor ops during planning (``v0_5_23.plan_load_back`` under the TorchFunctionMode +
+- tensor ops during planning (``unified.planning.plan_load_back`` under the TorchFunctionMode +
   TorchDispatchMode counter of ``tests/support/hicache_tensor_count.py``, on the same
   tree state just before each timed patch call; goal 0).
 
@@ -180,9 +180,9 @@ def locked(node) -> bool:
 
 def load_need(h, node_id):
     """(pages per lane the load draws, tokens): the top evicted node's phase, closed form."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23 as v23
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import evicted_segment
 
-    seg = v23.evicted_segment(h.tree, node_id)
+    seg = evicted_segment(h.tree, node_id)
     tokens = sum(len(x.key) for x in seg)
     return list(class_counts(h.tree.rotation_phase_of(seg[0].id), tokens // PS)), tokens
 
@@ -224,7 +224,9 @@ def eviction_split(before, after, deficit):
 def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23 as v23
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.gate import load_back_transfers_hook
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import plan_load_back
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
     from tests.support.hicache_tensor_count import count_tensor_work
 
     t0 = time.perf_counter()
@@ -233,7 +235,7 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
     cache = h.cache
     original = UnifiedRadixCache.__dict__["_load_back_transfers"]
     original = getattr(original, "__wrapped__", original)
-    call = (functools.partial(v23.load_back_transfers_hook, original, cache) if patch
+    call = (functools.partial(load_back_transfers_hook, original, cache) if patch
             else functools.partial(original, cache))
     times, cpu_times = [], []
 
@@ -248,7 +250,7 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
     cache._load_back_transfers = timed  # instance attribute: this cache only
     row = {"leaves": len(h.tree.evictable_device_leaves), "build_s": round(build_s, 2)}
     if patch:
-        state = v23.state_of(cache)
+        state = state_of(cache)
         t = time.perf_counter()
         state.leaf_index(h.tree)
         row["index_build_ms"] = (time.perf_counter() - t) * 1e3
@@ -264,7 +266,7 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
         can = coverable(h, node_id, before, deficit)
         if patch:
             with count_tensor_work() as work:
-                v23.plan_load_back(cache, state, node_id, free=free)
+                plan_load_back(cache, state, node_id, free=free)
             tensor_ops += work.total
             syncs += work.host_syncs
         loaded = cache.load_back(node_id)

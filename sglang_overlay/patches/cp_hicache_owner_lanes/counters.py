@@ -1,11 +1,10 @@
-"""Operator-facing counters of the owner-lane load-back path.
+"""Operator-facing counters of the owner-lane paths, on every release.
 
-Plain integers on the cache (read them with :func:`counters_of`), mirrored to
-Prometheus through upstream's metrics plumbing when the cache has a metrics
-collector (``--enable-metrics``): ``sglang:cp_owner_lane_evicted_pages_total``
-(label ``lane``), ``sglang:cp_owner_lane_warnings_total`` (label ``reason``) and
-``sglang:cp_owner_lane_load_backs_total`` (label ``outcome``), with the
-collector's own labels.
+Job: plain integers on the cache's state (read them with :func:`counters_of`), mirrored to Prometheus
+when the cache has a metrics collector (``--enable-metrics``): ``sglang:cp_owner_lane_evicted_pages_total``
+(``lane``), ``..._warnings_total`` (``reason``), ``..._load_backs_total`` (``outcome``) and
+``..._capacity_evictions_total`` (``by``), with the collector's own labels.
+Invariant: counting never changes a decision. Cost: a few integer adds; one Counter lookup per mirror.
 """
 
 from __future__ import annotations
@@ -13,6 +12,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
+
+from sglang_overlay.patches.cp_hicache_owner_lanes.cache_state import STATE_ATTR
 
 WARN_SLOW_PLAN = "slow_plan"
 WARN_SHORT_EVICTION = "evicted_less_than_planned"
@@ -139,6 +140,6 @@ class OwnerLaneCounters:
 
 
 def counters_of(cache) -> Optional[OwnerLaneCounters]:
-    """The owner-lane counters of a HiRadixCache (None when the patch is inactive on it)."""
-    state = getattr(cache, "_cp_owner_lanes", None)
+    """The owner-lane counters of a cache (None when the patch is inactive on it)."""
+    state = getattr(cache, STATE_ATTR, None)
     return state.counters if state else None

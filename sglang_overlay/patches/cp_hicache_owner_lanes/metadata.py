@@ -1,18 +1,10 @@
-"""Per-node owner metadata for HiCache under page-owner KV residency (CPU only).
+"""Per-node owner metadata under page-owner KV residency: three integers per radix node.
 
-Under logical-page KV sharding (upstream ``PageInterleavePoolAllocator``) logical
-page ``l`` is owned by CP rank ``l % N`` and position-page ``P`` of a cached chain
-with rotation base ``b`` lives in owner class ``(b + P) % N``. A radix node covers
-a run of consecutive position-pages of one chain, so its owners are fully
-described by three integers: the owner class of its first page (its phase), its
-first position-page and its page count. Per-owner page counts follow in closed
-form from the allocator's own arithmetic (``PageInterleavePoolAllocator.
-_class_counts``) and are cached per CP size, so resident and host-only (backed)
-nodes answer "pages per owner" without touching a tensor: the fork's earlier
-tensor-derived counting put scheduler-side planning on a host-device sync path.
-
-Nothing here imports torch or sglang at module import; the upstream arithmetic
-is resolved on first use.
+Job: position-page ``P`` of a chain with rotation base ``b`` lives in owner class ``(b + P) % N``; a node
+is one run of such pages, described by its first owner (phase), first position-page and page count.
+Invariant: per-owner counts come from upstream's closed form (``PageInterleavePoolAllocator._class_counts``),
+never from a tensor, so host-only nodes answer too. Cost: closed form once per node and CP size (memoized).
+Imports neither torch nor sglang at module import.
 """
 
 from __future__ import annotations

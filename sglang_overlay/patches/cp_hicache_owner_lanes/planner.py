@@ -1,28 +1,11 @@
-"""Owner-lane eviction planning for HiCache load-back, on CPU metadata only.
+"""Owner-lane eviction planning on CPU metadata only: which evictable nodes cover every lane deficit.
 
-Given the pages a load-back needs per owner class and the free pages per class,
-the deficit of lane ``c`` is ``need[c] - free[c]``. The planner walks evictable
-device leaves in the cache's own eviction-priority order, takes a node only if it
-frees pages in a lane that still has a deficit, defers one that does not, lets a
-parent whose device children are all taken or deferred join the walk (as
-upstream's ``_promote_parent`` does) and takes such a parent together with its
-deferred descendants when it frees a short lane (a child-then-parent chain). It
-stops as soon as every deficit is covered and refuses only a deficit that no
-eviction at all could cover; redundant units are then dropped (``_prune``). It
-reads only Python attributes of upstream ``TreeNode`` objects and
-:class:`~.metadata.CpHiCacheNodeMetadata`: no tensor is touched, so no
-host-device sync can happen here (the tests and the benchmark count tensor calls
-to prove it).
-
-Upstream rebuilds a heap over every evictable leaf on each ``evict`` call.
-:class:`LeafOrderIndex` keeps a persistent lazy heap instead: leaves are pushed
-when upstream's ``_update_leaf_status`` adds them to the cache's
-``evictable_leaves`` (a :class:`NotifyingLeafSet` on patched caches), stale entries are
-dropped when popped, and an entry whose priority grew since it was pushed is
-re-pushed with its current priority. That is exact for eviction strategies whose
-priorities never decrease (LRU, LFU, FIFO, priority, SLRU); for the others the
-planner builds the full heap like upstream. A plan therefore costs what it
-scans, not the number of evictable leaves.
+Job: walk evictable device nodes in the cache's eviction-priority order (through a
+:class:`~.leaf_index.LeafOrderIndex` when priorities are monotone), take a node only if it frees a lane
+still short (with its deferred descendants: child-then-parent chains), stop when covered, drop redundant
+units. Invariant: reads Python attributes and :class:`~.metadata.CpHiCacheNodeMetadata` only (no tensor,
+no host-device sync); refuses only a deficit no eviction could cover. Cost: the nodes it scans, each
+O(log scanned). The cache it reads is duck-typed: ``root_node``, ``evictable_leaves``, ``eviction_strategy``.
 """
 
 from __future__ import annotations
@@ -30,93 +13,10 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
-
-# Strategies whose node priority never decreases over a node's life.
-MONOTONE_STRATEGIES = ("LRUStrategy", "LFUStrategy", "FIFOStrategy", "PriorityStrategy", "SLRUStrategy")
-
-
-def is_monotone(strategy) -> bool:
-    return any(klass.__name__ in MONOTONE_STRATEGIES for klass in type(strategy).__mro__)
-
-
-class NotifyingLeafSet(set):
-    """Upstream's ``evictable_leaves`` set, telling the index about every ``add``.
-
-    Installed only on page-interleaved HiRadixCaches (``state.py``); upstream
-    adds leaves in exactly one place (``RadixCache._update_leaf_status``).
-    """
-
-    __slots__ = ("on_add",)
-
-    def __init__(self, items=(), on_add=None):
-        super().__init__(items)
-        self.on_add = on_add
-
-    def add(self, node) -> None:
-        set.add(self, node)
-        if self.on_add is not None:
-            self.on_add(node)
-
-
-class LeafOrderIndex:
-    """Persistent lazy priority heap over a cache's evictable device leaves."""
-
-    COMPACT_SLACK = 1024
-
-    def __init__(self, evictable_leaves: set, get_priority: Callable, monotone: bool):
-        self.leaves = evictable_leaves  # upstream's own set (shared, not copied)
-        self.get_priority = get_priority
-        self.monotone = monotone
-        self._seq = itertools.count()
-        self._heap: list = []
-        self._queued: set = set()
-        self.rebuild()
-
-    def rebuild(self) -> None:
-        self._heap = [(self.get_priority(n), next(self._seq), n) for n in self.leaves]
-        heapq.heapify(self._heap)
-        self._queued = set(self.leaves)
-
-    def note(self, node) -> None:
-        """Called when upstream adds ``node`` to ``evictable_leaves``."""
-        if node in self._queued or node not in self.leaves:
-            return
-        heapq.heappush(self._heap, (self.get_priority(node), next(self._seq), node))
-        self._queued.add(node)
-        if len(self._heap) > 2 * len(self.leaves) + self.COMPACT_SLACK:
-            self.rebuild()
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def ordered(self, popped: list):
-        """Yield evictable leaves in priority order; every yielded entry goes to ``popped``.
-
-        The caller pushes back what it does not consume (:meth:`restore`), so an
-        abandoned plan leaves the index as it found it (minus stale entries).
-        """
-        heap = self._heap
-        get_priority = self.get_priority
-        while heap:
-            prio, seq, node = heap[0]
-            if node not in self.leaves:
-                heapq.heappop(heap)
-                self._queued.discard(node)
-                continue
-            current = get_priority(node)
-            if current != prio:
-                heapq.heapreplace(heap, (current, next(self._seq), node))
-                continue
-            heapq.heappop(heap)
-            popped.append((prio, seq, node))
-            yield node
-
-    def restore(self, entries: Sequence) -> None:
-        for entry in entries:
-            heapq.heappush(self._heap, entry)
+from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import LeafOrderIndex
 
 
 @dataclass

@@ -8,11 +8,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-pytest.importorskip("sglang.srt.mem_cache.hiradix_cache")
-
-import sglang_overlay  # noqa: E402
-from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md  # noqa: E402
-from tests.support import hicache_cpu as hc  # noqa: E402
+import sglang_overlay
+from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
+from tests.support import hicache_cpu as hc
 
 PROMPTS = [[(p + 1) * 1_000_000 + i for i in range(64)] for p in range(3)]
 SUFFIXES = [[(s + 1) * 10_000 + 500_000_000 + i for i in range(64)] for s in range(6)]

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23 as v23
-from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23_capacity as cap
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import plan_lanes
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as cap
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
@@ -140,7 +141,7 @@ def test_uncovered_deficit_is_upstreams_call():
 def test_no_short_lane_evicts_nothing_and_reads_no_tensor():
     h = lane0_newest()
     h.release(0)  # one lane-0 page back: every lane has a free page
-    state = v23.state_of(h.cache)
+    state = state_of(h.cache)
     before = outcome(h, 16, 0)
     with count_tensor_work() as work:
         assert h.alloc.evict_to_free_tokens(h.cache, 16) is None
@@ -151,10 +152,10 @@ def test_no_short_lane_evicts_nothing_and_reads_no_tensor():
 
 def test_planning_reads_no_tensor_on_a_busy_tree():
     h = busy(random.Random(5), short=(0, 2))
-    state = v23.state_of(h.cache)
+    state = state_of(h.cache)
     free = [0] * h.n  # every lane short by 2: a long walk
     with count_tensor_work() as work:
-        plan = v23.plan_lanes(h.cache, state, [2] * h.n, free)
+        plan = plan_lanes(h.cache, state, [2] * h.n, free)
     assert plan.scanned >= len(plan.leaves) >= 2
     assert work.total == 0 and work.host_syncs == 0
 

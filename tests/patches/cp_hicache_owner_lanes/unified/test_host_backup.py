@@ -14,7 +14,7 @@ import functools
 
 import pytest
 
-from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23_host_backup as hb
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified import host_backup as hb
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
 from tests.support.series_forms import around_in_runtime_form

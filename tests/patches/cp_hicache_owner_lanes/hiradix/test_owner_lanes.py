@@ -9,14 +9,12 @@ import re
 
 import pytest
 
-pytest.importorskip("sglang.srt.mem_cache.hiradix_cache")
-
-import sglang_overlay  # noqa: E402
-from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md  # noqa: E402
-from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of  # noqa: E402
-from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import alloc_owner_classed  # noqa: E402
-from sglang_overlay.patches.cp_hicache_owner_lanes.state import state_of  # noqa: E402
-from tests.support import hicache_cpu as hc  # noqa: E402
+import sglang_overlay
+from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
+from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
+from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.allocation import alloc_owner_classed
+from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
+from tests.support import hicache_cpu as hc
 
 _TOKENS = itertools.count(10_000, 7)
 
@@ -55,7 +53,7 @@ def evicted_target(cache, pages):
     toks = fresh(pages * cache.page_size)
     hc.prefill(cache, toks)
     node = hc.path_nodes(cache, toks)[-1][0]
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
 
     evict_planned(cache, [node])
     hc.settle(cache)
@@ -66,7 +64,7 @@ def evicted_target(cache, pages):
 def evicted_suffix(cache, prefix_pages, suffix_pages):
     """A chain of a resident ``prefix_pages``-page node and a ``suffix_pages``-page child evicted to host;
     returns (tokens, prefix node, suffix node)."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
 
     ps = cache.page_size
     toks = fresh(prefix_pages * ps) + fresh(suffix_pages * ps)
@@ -252,7 +250,7 @@ def test_no_logging_on_a_normal_load_back(caplog, monkeypatch):
 def test_an_eviction_that_frees_less_than_planned_refuses_with_one_warning(caplog, monkeypatch):
     """The bug path (upstream changed what an eviction frees): the plan covered the deficit, the eviction
     freed nothing; the load is refused (a cache miss), with one warning naming each lane, counted once."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import load_back as lb
 
     cache = hc.build_cpu_hicache(4, 4, 6)
     target = evicted_target(cache, 4)
@@ -276,7 +274,7 @@ def test_an_eviction_that_frees_less_than_planned_refuses_with_one_warning(caplo
 def test_evict_planned_passes_over_what_is_not_evictable_and_reports_the_tokens_it_freed(policy):
     """A locked leaf first in the list is passed over, not the end of the list; the tokens evicted are
     returned and handed to upstream's eviction metrics, once per call."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
 
     cache = hc.build_cpu_hicache(4, 4, 8, write_policy=policy)
     locked, one, two = leaf_chain(cache, 0), leaf_chain(cache, 1), leaf_chain(cache, 2, pages=2)
@@ -294,7 +292,7 @@ def test_evict_planned_passes_over_what_is_not_evictable_and_reports_the_tokens_
 def test_write_back_eviction_counts_backed_up_and_newly_backed_up_leaves_alike():
     """Under write-back a leaf loaded back from host is still backed up (evicted at once), a fresh one is
     backed up first then detached: the tokens evicted are their sum, whatever the order."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
 
     cache = hc.build_cpu_hicache(4, 4, 8, write_policy="write_back")
     cache.load_back_threshold = 0
@@ -329,7 +327,7 @@ def test_the_threshold_and_quota_gates_are_upstreams_and_release_the_resident_pr
 
 
 def test_an_allocation_that_fails_after_the_planned_eviction_refuses_with_one_warning(caplog, monkeypatch):
-    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import load_back as lb
 
     cache = hc.build_cpu_hicache(4, 4, 6)
     target = evicted_target(cache, 4)
@@ -368,8 +366,8 @@ def test_rotation_base_of_answers_from_metadata_only_for_a_stamped_node_of_a_pag
     and any node of a cache that is not page-interleaved."""
     from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
 
-    from sglang_overlay.patches.cp_hicache_owner_lanes import hooks
-    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import stamping as hooks
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import load_back as lb
 
     upstream = BasePrefixCache.rotation_base_of.__wrapped__
     cache = hc.build_cpu_hicache(4, 4, 8)
@@ -481,7 +479,7 @@ class SteppingClock:
 
 
 def test_slow_plan_warning_threshold(caplog, monkeypatch):
-    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import load_back as lb
 
     monkeypatch.setenv("SGLANG_OVERLAY_OWNER_LANE_SLOW_PLAN_MS", "0")
     cache = hc.build_cpu_hicache(4, 4, 6)
@@ -586,7 +584,7 @@ def test_unstamped_links_are_derived_top_down_by_continuation():
     insert below an unstamped node derives the parent first and continues it."""
     from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 
-    from sglang_overlay.patches.cp_hicache_owner_lanes.state import ensure_meta
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import ensure_meta
 
     cache = hc.build_cpu_hicache(4, 4, 8)
     state = state_of(cache)
@@ -797,7 +795,7 @@ def spy_alloc_extend(monkeypatch, alloc):
 def test_suffix_load_back_under_resident_prefix_keeps_rotation(monkeypatch):
     """A host suffix below a resident prefix comes back on the prefix's real rotation, and
     upstream's debug congruence check in alloc_extend is fed the prefix's real last slot."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
 
     cache = hc.build_cpu_hicache(4, 4, 8)
     alloc = cache.token_to_kv_pool_allocator
@@ -827,7 +825,7 @@ def test_suffix_with_a_stale_base_comes_back_on_the_recomputed_prefix(policy):
     """Prefix and suffix go to host; the prefix alone is recomputed on another rotation
     (an insert re-points it); the suffix must then load back on the prefix's new rotation,
     not on the base it was stored with."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
 
     cache = hc.build_cpu_hicache(4, 4, 8, write_policy=policy)
     cache.token_to_kv_pool_allocator.debug_mode = True
@@ -861,7 +859,7 @@ def test_insert_re_pointing_an_evicted_node_restamps_it(split):
     """An evicted node that an insert re-points at a request's fresh pages (KV recomputed
     after a missed load-back) is re-stamped from the request's base; with ``split`` the
     request covers only a prefix of the evicted node, which the insert splits off."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
 
     cache = hc.build_cpu_hicache(4, 4, 8)
     toks = fresh(6 * 4)
@@ -891,7 +889,7 @@ def test_a_base_less_insert_re_pointing_an_evicted_node_keeps_its_stamp():
     """Without a rotation base (none in the insert, none from a request) the insert cannot know the lanes
     of the fresh pages without reading them: the re-pointed node keeps the stamp it had, and the insert
     goes through."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
 
     cache = hc.build_cpu_hicache(4, 4, 8)
     toks = fresh(3 * 4)
@@ -1040,7 +1038,7 @@ def test_cache_unfinished_req_carries_the_request_rotation_base():
 
 
 def test_failure_inside_load_back_releases_everything(monkeypatch):
-    from sglang_overlay.patches.cp_hicache_owner_lanes import load_back as lb
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import load_back as lb
 
     cache = hc.build_cpu_hicache(4, 4, 6)
     target = evicted_target(cache, 4)

@@ -9,23 +9,15 @@ nothing written but the files asked for. Never wall time: speedups are reported,
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO, subprocess_env
+from tests.support.owner_lanes_bench import run_bench
 
-BENCH = REPO / "scripts" / "bench_owner_lanes.py"
 KEYS = ("speedup_end_to_end_10k", "speedup_end_to_end_100k", "speedup_vs_tensor_10k",
         "speedup_vs_upstream_evict_100k", "success_rate", "success_rate_on_coverable",
         "upstream_success_rate", "amplification_max", "tensor_ops_during_planning",
         "host_syncs_during_planning", "host_syncs_end_to_end_per_load")
-
-
-def run_bench(cwd, *args, timeout=600):
-    return subprocess.run([sys.executable, str(BENCH), *args], cwd=cwd, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def assert_counted_goals(result):
@@ -47,10 +39,6 @@ def assert_counted_goals(result):
     assert result["replay"]["patch"]["tokens_reprefilled_after_refusal"] == 0
 
 
-ON_0_5_20 = pytest.mark.upstream("<0.5.23", why="drives 0.5.20's HiRadixCache; 0.5.23's is bench_owner_lanes_0523.py")
-
-
-@ON_0_5_20
 @pytest.mark.ci_slow
 def test_bench_owner_lanes_quick_counted_goals(tmp_path):
     out = tmp_path / "out"
@@ -62,7 +50,6 @@ def test_bench_owner_lanes_quick_counted_goals(tmp_path):
     assert "whole path, patch vs upstream" in proc.stdout
 
 
-@ON_0_5_20
 @pytest.mark.slow
 def test_bench_owner_lanes_full(tmp_path):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
@@ -70,23 +57,3 @@ def test_bench_owner_lanes_full(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_counted_goals(json.loads(out.read_text()))
     assert png.stat().st_size > 0
-
-
-def test_bench_device_cuda_fails_clearly_without_cuda(tmp_path):
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA device is visible: --device cuda is expected to run here")
-    proc = run_bench(tmp_path, "--quick", "--device", "cuda", "--json", str(tmp_path / "x.json"), timeout=120)
-    assert proc.returncode != 0
-    assert "--device cuda needs a visible CUDA device" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.upstream(">=0.5.23", why="the refusal of a release whose classes the benchmark does not drive")
-def test_bench_refuses_another_pin_naming_what_to_run(tmp_path):
-    proc = run_bench(tmp_path, "--quick", "--json", str(tmp_path / "x.json"), timeout=120)
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "drives sglang<0.5.23's classes" in proc.stderr and "bench_owner_lanes_0523.py" in proc.stderr
-    assert list(tmp_path.iterdir()) == []

@@ -2,7 +2,7 @@
 UnifiedRadixCache, HybridCacheController, PageInterleavePoolAllocator, host pool and
 transfer engine (CPU; stand-ins named in tests/support/hicache_cpu_0523.py).
 
-Collected only where the installed sglang is 0.5.23 (tests/conftest.py: pin modules). The hook is installed on
+Collected only where the installed sglang is in unified/'s Release range (tests/conftest.py: release folders). The hook is installed on
 ``UnifiedRadixCache._load_back_transfers`` the way SGLang's HookRegistry installs an
 AROUND hook (``hook(original, self, *args, **kwargs)``; in the source form the sources carry it); with
 ``SGLANG_OVERLAY_DISABLE=cp-hicache-owner-lanes`` it is not, which is how the
@@ -17,7 +17,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23 as v23
+from sglang_overlay.patches.cp_hicache_owner_lanes.report import logger
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified.gate import load_back_transfers_hook
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import evicted_segment, plan_load_back
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
@@ -28,7 +31,7 @@ from tests.support.series_forms import around_in_runtime_form
 def hook():
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    with around_in_runtime_form(UnifiedRadixCache, "_load_back_transfers", v23.load_back_transfers_hook,
+    with around_in_runtime_form(UnifiedRadixCache, "_load_back_transfers", load_back_transfers_hook,
                                 "cp-hicache-owner-lanes"):
         yield
 
@@ -103,7 +106,7 @@ def test_scenario_b_loads_with_nothing_evicted(caplog):
 
     h = Harness()
     node = scenario_b(h)
-    with caplog.at_level("DEBUG", logger=v23.logger.name):
+    with caplog.at_level("DEBUG", logger=logger.name):
         assert h.load(node) == (True, 0)
     assert not caplog.records  # the hot path logs nothing
     assert loaded_lanes(h, [node]) == [0, 1, 1, 1]
@@ -144,7 +147,7 @@ def test_short_lane_evicts_only_units_holding_it(policy, eviction):
     assert not any(torch.equal(gone, v) for v in resident)
     assert any(torch.equal(kept, v) for v in resident)
     assert len(resident) == 8  # the 7 other leaves and the loaded chain
-    assert (v23.state_of(h.cache).leaf_index(h.tree) is None) == (eviction == "mru")
+    assert (state_of(h.cache).leaf_index(h.tree) is None) == (eviction == "mru")
     if policy == "write_back":
         assert h.match(victim).host_hit_length == h.ps  # backed up before it left the device
 
@@ -152,7 +155,7 @@ def test_short_lane_evicts_only_units_holding_it(policy, eviction):
 def test_leaf_index_survives_reset():
     """reset() rebinds upstream's leaf set: the next plan re-installs the index on the new set."""
     h = Harness()
-    state = v23.state_of(h.cache)
+    state = state_of(h.cache)
     for round_ in range(2):
         keys, _ = h.chain(0, 4)
         node = h.to_host(keys)
@@ -190,7 +193,7 @@ def test_slow_plan_and_refusal_are_counted(monkeypatch, caplog):
     node = h.to_host(keys)
     h.chain(1, 3)
     h.hold(0, h.alloc.class_free_page_counts()[0])
-    with caplog.at_level("INFO", logger=v23.logger.name):
+    with caplog.at_level("INFO", logger=logger.name):
         assert h.load(node) == (False, 0)
     counters = counters_of(h.cache)
     assert counters.warnings == {"slow_plan": 1, "deficit_remains": 1} and counters.refused == 1
@@ -205,7 +208,7 @@ def test_slow_plan_and_refusal_are_counted(monkeypatch, caplog):
 def test_lane_need_matches_allocated_indices(n, ps):
     h = Harness(n=n, ps=ps, pages_per_rank=12)
     h.cache.load_back_threshold = 1
-    state = v23.state_of(h.cache)
+    state = state_of(h.cache)
     cases = []
     for base, pages in ((0, 1), (1, 3), (n - 1, 5), (2 % n, 2)):
         keys, _ = h.chain(base, pages)
@@ -219,8 +222,8 @@ def test_lane_need_matches_allocated_indices(n, ps):
     keys, _ = h.chain(2 % n, 3, prefix=prefix)
     cases.append(h.to_host(keys))
     for node in cases:
-        segment = v23.evicted_segment(h.tree, node)
-        tokens, need, _free, _plan = v23.plan_load_back(h.cache, state, node)
+        segment = evicted_segment(h.tree, node)
+        tokens, need, _free, _plan = plan_load_back(h.cache, state, node)
         assert tokens == sum(len(x.key) for x in segment)
         assert need == upstream_need(h, node)
         assert h.load(node)[0]
@@ -254,11 +257,11 @@ def busy(h, short_lane, leaves=40, seed=3):
 def test_planning_does_no_tensor_work():
     h = Harness(n=4, ps=4, pages_per_rank=24)
     target = busy(h, short_lane=2)
-    state = v23.state_of(h.cache)
+    state = state_of(h.cache)
     free = h.alloc.class_free_page_counts()
     free = [0] * len(free)  # every lane short: a long walk
     with count_tensor_work() as work:
-        tokens, need, _, plan = v23.plan_load_back(h.cache, state, target, free=free)
+        tokens, need, _, plan = plan_load_back(h.cache, state, target, free=free)
     assert plan.covered and len(plan.leaves) >= 2 and plan.scanned >= len(plan.leaves)
     assert work.total == 0, (work.function_calls[:5], work.aten_ops[:5])
     assert work.host_syncs == 0
@@ -310,7 +313,7 @@ def test_inert_without_interleaved_allocator():
     up, expected = run(upstream=True)
     h, got = run(upstream=False)
     assert got == expected and expected[0] and expected[1] > 0
-    assert v23.state_of(h.cache) is None and counters_of(h.cache) is None
+    assert state_of(h.cache) is None and counters_of(h.cache) is None
 
 
 # --------------------------------------------------------------------------- state machine
@@ -412,7 +415,7 @@ class LoadBackMachine(RuleBasedStateMachine):
             if x not in path:
                 supply = [s + c for s, c in zip(supply, lanes)]
         coverable = all(d <= s for d, s in zip(deficit, supply))
-        segment = [x.id for x in v23.evicted_segment(h.tree, node)]
+        segment = [x.id for x in evicted_segment(h.tree, node)]
 
         ok, _ = h.load(node)
         after = set(h.device_nodes())
@@ -441,7 +444,7 @@ class LoadBackMachine(RuleBasedStateMachine):
         under, an evicted unit holding a page of a short lane."""
         from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
 
-        from sglang_overlay.patches.cp_hicache_owner_lanes import v0_5_23_capacity as cap
+        from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as cap
 
         h = self.h
         upstream = BaseTokenToKVPoolAllocator.__dict__["evict_to_free_tokens"]
@@ -473,7 +476,7 @@ class LoadBackMachine(RuleBasedStateMachine):
     def leaf_index_in_upstream_order(self):
         """The lazy heap yields exactly upstream's evictable leaves, in priority order
         (so NotifyingLeafSet sees every leaf upstream adds)."""
-        state = v23.state_of(self.h.cache) if hasattr(self, "h") else None
+        state = state_of(self.h.cache) if hasattr(self, "h") else None
         index = state and state._index
         if index is None or state._leaves is not self.h.tree.evictable_device_leaves:
             return

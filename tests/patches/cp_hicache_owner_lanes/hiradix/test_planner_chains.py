@@ -14,13 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("sglang.srt.mem_cache.hiradix_cache")
-
-import sglang_overlay  # noqa: E402
-from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, plan_owner_lane_eviction  # noqa: E402
-from sglang_overlay.patches.cp_hicache_owner_lanes.state import state_of  # noqa: E402
-from tests.support import hicache_trees as ht  # noqa: E402
-from tests.support.hicache_tensor_count import count_tensor_work  # noqa: E402
+import sglang_overlay
+from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, plan_owner_lane_eviction
+from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
+from tests.support import hicache_trees as ht
+from tests.support.hicache_tensor_count import count_tensor_work
 
 
 @pytest.fixture(scope="module", autouse=True)

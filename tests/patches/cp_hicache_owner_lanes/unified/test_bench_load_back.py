@@ -1,7 +1,7 @@
 """The 0.5.23 owner-lane benchmark (scripts/bench_owner_lanes_0523.py) at its smallest size:
 its counted goals hold. Never wall time: times and speedups are reported, not tested.
 
-Collected only where the installed sglang is 0.5.23 (tests/conftest.py: pin modules). Runs
+Collected only where the installed sglang is in unified/'s Release range (tests/conftest.py: release folders). Runs
 in this process (one 1k-leaf tree per side, a few seconds): every coverable load-back
 served, no page evicted in a unit that holds no short lane, short-lane pages evicted at
 most one per page of deficit, nothing evicted for a load with no deficit, zero tensor

@@ -1,81 +1,23 @@
-"""Owner metadata arithmetic and the CPU planner: closed forms, order, zero tensor work."""
+"""The CPU planner on upstream's real HiRadixCache: priority order, few priorities read, zero tensor work."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-pytest.importorskip("sglang.srt.mem_cache.hiradix_cache")
-
-import sglang_overlay  # noqa: E402
-from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md  # noqa: E402
-from sglang_overlay.patches.cp_hicache_owner_lanes.planner import (  # noqa: E402
-    LeafOrderIndex,
-    finish_plan,
-    lane_need,
-    plan_owner_lane_eviction,
-)
-from sglang_overlay.patches.cp_hicache_owner_lanes.state import state_of  # noqa: E402
-from tests.support import hicache_cpu as hc  # noqa: E402
-from tests.support.hicache_tensor_count import count_tensor_work  # noqa: E402
+import sglang_overlay
+from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
+from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
+from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import LeafOrderIndex
+from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, lane_need, plan_owner_lane_eviction
+from tests.support import hicache_cpu as hc
+from tests.support.hicache_tensor_count import count_tensor_work
 
 
 @pytest.fixture(scope="module", autouse=True)
 def overlay():
     sglang_overlay.apply()
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    n=st.sampled_from([1, 2, 3, 4, 8]),
-    first=st.integers(0, 7),
-    start=st.integers(0, 50),
-    pages=st.integers(1, 40),
-    data=st.data(),
-)
-def test_metadata_closed_form_and_split(n, first, start, pages, data):
-    first %= n
-    meta = md.CpHiCacheNodeMetadata(n, first, start, pages)
-    explicit = [0] * n
-    for p in range(pages):
-        explicit[(first + p) % n] += 1
-    assert meta.owner_counts() == tuple(explicit)
-    assert meta.rotation_base == (first - start) % n
-    for d in [d for d in range(1, n + 1) if n % d == 0]:
-        folded = [0] * d
-        for p in range(pages):
-            folded[((first + p) % n) % d] += 1
-        assert meta.owner_counts(d) == tuple(folded)
-        assert d in meta.owner_counts_by_size
-    if pages > 1:
-        cut = data.draw(st.integers(1, pages - 1))
-        left, right = meta.split(cut)
-        assert left.rotation_base == right.rotation_base == meta.rotation_base
-        assert tuple(a + b for a, b in zip(left.owner_counts(), right.owner_counts())) == meta.owner_counts()
-        assert left.continuation(right.num_pages) == right
-
-
-def test_metadata_rejects_bad_input():
-    """Each refusal names what is wrong; the bounds themselves are accepted."""
-    with pytest.raises(ValueError, match=r"^shard_size must be >= 1, got 0$"):
-        md.CpHiCacheNodeMetadata(0, 0, 0, 1)
-    with pytest.raises(ValueError, match=r"^first_owner 4 out of range for shard_size 4$"):
-        md.CpHiCacheNodeMetadata(4, 4, 0, 1)
-    with pytest.raises(ValueError, match=r"^negative page span \(start_page=-1, num_pages=1\)$"):
-        md.CpHiCacheNodeMetadata(4, 0, -1, 1)
-    with pytest.raises(ValueError, match=r"^negative page span \(start_page=0, num_pages=-1\)$"):
-        md.CpHiCacheNodeMetadata(4, 0, 0, -1)
-    empty = md.CpHiCacheNodeMetadata(1, 0, 0, 0)  # a node of no whole page: owns nothing
-    assert empty.owner_counts() == (0,) and empty.next_owner == 0
-    with pytest.raises(ValueError, match=r"^owner counts for CP size 3 are not defined on a node placed for "
-                                         r"shard size 4 \(n must divide it\)$"):
-        md.CpHiCacheNodeMetadata(4, 0, 0, 3).owner_counts(3)
-    for at in (0, 3):
-        with pytest.raises(ValueError, match=rf"^split at page {at} of a 3-page node$"):
-            md.CpHiCacheNodeMetadata(4, 0, 0, 3).split(at)
 
 
 def _busy_cache(leaves=300, n=8, ps=16, seed=0):
@@ -86,7 +28,7 @@ def _busy_cache(leaves=300, n=8, ps=16, seed=0):
     prompts = [[p * 10_000_000 + i for i in range(4 * ps)] for p in range(8)]
     target = [99_000_000 + i for i in range(2 * n * ps)]
     hc.prefill(cache, target)
-    from sglang_overlay.patches.cp_hicache_owner_lanes.load_back import evict_planned
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
 
     evict_planned(cache, [hc.path_nodes(cache, target)[-1][0]])
     hc.settle(cache)
@@ -148,77 +90,6 @@ def test_index_stays_bounded():
     cache, _ = _busy_cache(leaves=60, seed=9)
     index: LeafOrderIndex = state_of(cache).index
     assert len(index) <= 2 * len(cache.evictable_leaves) + index.COMPACT_SLACK
-
-
-class _Leaf:
-    """A stand-in leaf for the index's own unit tests: a priority and an identity, nothing else."""
-
-    def __init__(self, prio):
-        self.prio = prio
-
-    def __repr__(self):
-        return f"_Leaf({self.prio})"
-
-
-def _prio_of(calls):
-    def get_priority(node):
-        calls.append(node)
-        return node.prio
-
-    return get_priority
-
-
-def test_upstreams_monotone_strategies_are_told_apart():
-    from sglang.srt.mem_cache import evict_policy as ep
-    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import is_monotone
-
-    assert [is_monotone(ep.LRUStrategy()), is_monotone(ep.LFUStrategy()), is_monotone(ep.FIFOStrategy())] == [True] * 3
-    assert [is_monotone(ep.MRUStrategy()), is_monotone(ep.FILOStrategy()), is_monotone(object())] == [False] * 3
-
-
-def test_notifying_set_calls_the_hook_given_at_construction():
-    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import NotifyingLeafSet
-
-    seen = []
-    leaves = NotifyingLeafSet({1}, on_add=seen.append)
-    leaves.add(2)
-    assert seen == [2] and leaves == {1, 2}
-
-
-def test_index_compacts_exactly_past_its_bound():
-    """Stale entries (leaves that left the set) pile up lazily until the heap passes
-    2 x leaves + slack; then one rebuild keeps only live leaves, each read once."""
-    a, b = _Leaf(0), _Leaf(1)
-    leaves = {a, b}
-    calls = []
-    index = LeafOrderIndex(leaves, _prio_of(calls), True)
-    index.COMPACT_SLACK = 4
-    assert len(index) == 2 and sorted(calls, key=id) == sorted([a, b], key=id)
-    sizes = []
-    for i in range(12):
-        x = _Leaf(10 + i)
-        leaves.add(x)
-        index.note(x)  # three live leaves at the note: the bound is 2 x 3 + 4 = 10
-        leaves.discard(x)
-        sizes.append(len(index))
-    assert sizes == [3, 4, 5, 6, 7, 8, 9, 10, 3, 4, 5, 6]
-    calls.clear()
-    popped = []
-    assert list(index.ordered(popped)) == [a, b]
-
-
-def test_a_stale_leaf_that_returns_is_queued_again():
-    a, x = _Leaf(0), _Leaf(5)
-    leaves = {a, x}
-    index = LeafOrderIndex(leaves, _prio_of([]), True)
-    leaves.discard(x)  # x leaves the set: its entry goes stale
-    popped = []
-    assert list(index.ordered(popped)) == [a]  # the walk drops the stale entry
-    index.restore(popped)
-    leaves.add(x)
-    index.note(x)  # back in the set: must be walked again
-    popped = []
-    assert list(index.ordered(popped)) == [a, x]
 
 
 def test_planning_through_the_index_reads_few_priorities():

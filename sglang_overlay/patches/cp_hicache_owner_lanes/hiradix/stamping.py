@@ -1,19 +1,10 @@
-"""Hooks that keep owner metadata on HiRadixCache nodes (patch ``cp-hicache-owner-lanes``).
+"""Owner metadata kept on ``HiRadixCache`` nodes: stamped on insert, split with the node, read as the base.
 
-- ``HiRadixCache.insert`` (AROUND): stamps :class:`~.metadata.CpHiCacheNodeMetadata`
-  on the nodes the insert created, and re-stamps evicted nodes it re-pointed at
-  the inserting request's pages, from ``InsertParams.rotation_base`` (or the
-  request's ``kv_rotation_base`` when the insert comes from
-  ``cache_finished_req``/``cache_unfinished_req``, which build their
-  ``InsertParams`` without it upstream).
-- ``HiRadixCache._split_node`` (AROUND): splits the metadata with the node.
-- ``BasePrefixCache.rotation_base_of`` (AROUND): answers the chain's rotation base
-  from the metadata, so sharded allocation can extend a HiCache chain.
-- ``RadixCache.cache_finished_req``/``cache_unfinished_req`` (AROUND): carry the
-  request's rotation base to the insert.
-
-Every hook calls upstream's original unchanged when the cache's device allocator
-is not page-interleaved.
+Job: AROUND ``insert`` (stamps created nodes and evicted nodes it re-points at the request's pages, from
+``InsertParams.rotation_base`` or the request's ``kv_rotation_base`` carried by ``cache_*_req``),
+``_split_node`` (splits the metadata), ``rotation_base_of`` (answers the chain's base from it).
+Invariant: on a cache that is not page-interleaved every hook calls upstream's original unchanged.
+Cost: one walk of the key's path before an insert, one walk of the new tail after it.
 """
 
 from __future__ import annotations
@@ -21,7 +12,7 @@ from __future__ import annotations
 import contextvars
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
-from sglang_overlay.patches.cp_hicache_owner_lanes.state import ensure_meta, state_of
+from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import ensure_meta, state_of
 
 _REQ_ROTATION_BASE: contextvars.ContextVar = contextvars.ContextVar("cp_owner_lane_req_base", default=None)
 

@@ -1,10 +1,9 @@
-"""Per-cache state of the owner-lane patch, created only on page-interleaved caches.
+"""Per-cache state on a page-interleaved ``HiRadixCache``, and metadata for never-stamped nodes.
 
-A ``HiRadixCache`` whose device allocator is upstream's
-``PageInterleavePoolAllocator`` gets one :class:`OwnerLaneState` (attribute
-``_cp_owner_lanes``): the allocator, the leaf-order index, the counters and the
-slow-planning threshold. Any other cache gets ``None`` and every hook of the
-patch calls upstream's original unchanged.
+Job: the allocator, the leaf index (upstream's ``evictable_leaves`` becomes a notifying set), the counters
+and the slow-plan threshold, kept under :data:`..cache_state.STATE_ATTR`; any other cache is ``INERT``.
+Invariant: a node without metadata continues its parent's phase; a chain from the root takes the
+allocator's least-full class (``alloc_extend``'s rule). Cost: Python attributes only, no tensor.
 """
 
 from __future__ import annotations
@@ -12,13 +11,10 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-from sglang_overlay.patches.cp_hicache_owner_lanes import settings
+from sglang_overlay.patches.cp_hicache_owner_lanes import cache_state, settings
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import OwnerLaneCounters
-from sglang_overlay.patches.cp_hicache_owner_lanes.planner import LeafOrderIndex, NotifyingLeafSet, is_monotone
-
-STATE_ATTR = "_cp_owner_lanes"
-_NOT_INTERLEAVED = False  # cached "no state" marker (distinct from "not looked yet")
+from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import LeafOrderIndex, NotifyingLeafSet, is_monotone
 
 
 class OwnerLaneState:
@@ -40,9 +36,10 @@ class OwnerLaneState:
 
 def state_of(cache) -> Optional[OwnerLaneState]:
     """The cache's state, created on first use; None when not page-interleaved."""
-    state = cache.__dict__.get(STATE_ATTR)
-    if state is not None:
-        return state or None
+    return cache_state.state_of(cache, _build)
+
+
+def _build(cache):
     if "evictable_leaves" not in cache.__dict__:
         return None  # still inside upstream's __init__
     hiradix = sys.modules.get("sglang.srt.mem_cache.hiradix_cache")
@@ -53,11 +50,8 @@ def state_of(cache) -> Optional[OwnerLaneState]:
 
     allocator = getattr(cache, "token_to_kv_pool_allocator", None)
     if not isinstance(cache, HiRadixCache) or not isinstance(allocator, PageInterleavePoolAllocator):
-        cache.__dict__[STATE_ATTR] = _NOT_INTERLEAVED
-        return None
-    state = OwnerLaneState(cache, allocator)
-    cache.__dict__[STATE_ATTR] = state
-    return state
+        return cache_state.INERT
+    return OwnerLaneState(cache, allocator)
 
 
 def node_pages(node, page_size: int) -> int:

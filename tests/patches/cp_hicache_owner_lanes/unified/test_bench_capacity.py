@@ -1,7 +1,7 @@
 """The 0.5.23 capacity-eviction benchmark (scripts/bench_capacity_0523.py) at its smallest size:
 its counted goals hold. Never wall time: times and speedups are reported, not tested.
 
-Collected only where the installed sglang is 0.5.23 (tests/conftest.py: pin modules). Runs in this
+Collected only where the installed sglang is in unified/'s Release range (tests/conftest.py: release folders). Runs in this
 process (one 1k-leaf tree per side, a few seconds): the patch admits exactly as often as upstream,
 evicts no page in a unit holding no short lane, at most one short-lane page per deficit page, plans
 every call itself (no fallback), and does no tensor op or host sync while planning; upstream's path,

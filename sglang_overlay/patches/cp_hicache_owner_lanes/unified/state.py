@@ -1,0 +1,83 @@
+"""Per-cache state on a page-interleaved ``UnifiedRadixCache``: allocator, leaf index, counters.
+
+Job: build the state once per cache under :data:`..cache_state.STATE_ATTR` when the Full allocator is a
+``PageInterleavePoolAllocator`` and the tree is the Python ``UnifiedTreeCore`` with FULL only (otherwise
+``INERT``, with one warning when page-interleaved). Invariant: the leaf index follows upstream's
+``evictable_device_leaves`` set, rebuilt when ``reset()`` rebinds it. Cost: one dict lookup after the first call.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sglang_overlay.patches.cp_hicache_owner_lanes import cache_state, settings
+from sglang_overlay.patches.cp_hicache_owner_lanes.counters import OwnerLaneCounters
+from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import LeafOrderIndex, NotifyingLeafSet, is_monotone
+from sglang_overlay.patches.cp_hicache_owner_lanes.report import logger
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified.upstream import full as _full
+
+
+class LaneState:
+    """What the hook keeps per page-interleaved cache: allocator, leaf index, counters."""
+
+    def __init__(self, cache, allocator: "PageInterleavePoolAllocator"):
+        self.allocator = allocator
+        self.shard_size = allocator.shard_size
+        self.page_size = allocator.page_size  # the physical page: the tree's quantum
+        full = cache.tree_core.components_by_type[_full()]
+        full._ensure_eviction_strategy()
+        # Upstream's Full walk orders leaves by this (session-aware when sessions are on).
+        self.priority = full.session_ref_eviction_strategy
+        self.monotone = not cache.enable_session_radix_cache and is_monotone(cache.tree_core.eviction_strategy)
+        self.counters = OwnerLaneCounters(self.shard_size)
+        if getattr(cache, "metrics_collector", None) is not None:
+            self.counters.bind_collector(cache.metrics_collector)
+        self.slow_plan_ms = settings.slow_plan_ms()
+        self._leaves = None
+        self._index: Optional[LeafOrderIndex] = None
+
+    def leaf_index(self, tree_core) -> Optional[LeafOrderIndex]:
+        """The lazy heap over upstream's device-leaf set (None: non-monotone priorities)."""
+        if not self.monotone:
+            return None
+        leaves = tree_core.evictable_device_leaves
+        if leaves is not self._leaves:  # first plan, or reset() rebound the set
+            if not isinstance(leaves, NotifyingLeafSet):
+                leaves = NotifyingLeafSet(leaves)
+                tree_core.evictable_device_leaves = leaves
+            self._index = LeafOrderIndex(leaves, self.priority, True)
+            leaves.on_add = self._index.note
+            self._leaves = leaves
+        return self._index
+
+
+def state_of(cache) -> Optional[LaneState]:
+    """The cache's state, created on first use; None when the patch does not act on it."""
+    return cache_state.state_of(cache, _build)
+
+
+def _build(cache):
+    allocator = cache.token_to_kv_pool_allocator
+    allocator = getattr(allocator, "full_attn_allocator", allocator)  # what the controller's load uses
+    state = cache_state.INERT
+    from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
+
+    if isinstance(allocator, PageInterleavePoolAllocator):
+        reason = _unsupported(cache)
+        if reason is None:
+            state = LaneState(cache, allocator)
+        else:
+            logger.warning(
+                "owner-lane load-back inactive on this page-interleaved cache (%s): upstream's "
+                "lane-blind load-back gate applies", reason,
+            )
+    return state
+
+
+def _unsupported(cache) -> Optional[str]:
+    tree_core = cache.tree_core
+    if not hasattr(tree_core, "evictable_device_leaves") or not hasattr(tree_core, "node_by_id"):
+        return f"tree core {type(tree_core).__name__} is not the Python UnifiedTreeCore"
+    if tuple(cache.tree_components) != (_full(),):
+        return f"tree components {[ct.name for ct in cache.tree_components]}: only FULL is planned"
+    return None
