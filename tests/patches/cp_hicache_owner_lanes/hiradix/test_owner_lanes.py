@@ -123,7 +123,6 @@ def assert_reloaded(cache, toks):
 
 @pytest.mark.parametrize("need_sort", [False, True])
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
-@pytest.mark.representative
 def test_lane_deficit_patch_evicts_only_short_lane(policy, need_sort):
     cache = hc.build_cpu_hicache(4, 4, 6, write_policy=policy, need_sort=need_sort)
     cache.token_to_kv_pool_allocator.debug_mode = True  # upstream's own congruence/uniqueness checks
@@ -146,7 +145,6 @@ def test_lane_deficit_patch_evicts_only_short_lane(policy, need_sort):
     cache.token_to_kv_pool_allocator.debug_check_classes()
 
 
-@pytest.mark.representative
 def test_lane_deficit_upstream_fails_or_over_evicts():
     """Upstream's load_back cannot allocate on this allocator at all; its fallback
     (evict(num_tokens) by LRU) frees the wrong lanes."""
@@ -195,7 +193,6 @@ def test_locked_and_non_deficit_leaves_skipped():
     assert_reloaded(cache, target)
 
 
-@pytest.mark.representative
 def test_impossible_deficit_refused_cleanly(caplog):
     cache = hc.build_cpu_hicache(4, 4, 6)
     target = evicted_target(cache, 4)
@@ -503,7 +500,6 @@ def test_slow_plan_warning_threshold(caplog, monkeypatch):
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 @pytest.mark.parametrize("shard_size", [2, 4, 8])
-@pytest.mark.representative
 def test_split_backed_and_reloaded_metadata(shard_size, page_size, policy):
     n, ps = shard_size, page_size
     cache = hc.build_cpu_hicache(n, ps, 12, write_policy=policy, layers=1, heads=1, head_dim=2)
@@ -646,7 +642,6 @@ def test_not_page_interleaved_keeps_upstream(page_size, policy):
     assert all(md.get(x) is None for x in hc.all_nodes(cache))
 
 
-@pytest.mark.representative
 def test_plain_radix_cache_untouched():
     """The RadixCache-level hooks (leaf status, cache_*_req) leave other caches alone."""
     from sglang.srt.mem_cache.base_prefix_cache import InsertParams
@@ -730,7 +725,6 @@ def fill_lane_locked(cache, lane, spare_others=1):
 
 
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
-@pytest.mark.representative
 def test_chain_through_a_child_that_frees_only_another_lane(policy):
     """The only lane-0 page that can go sits in an interior node whose one child frees
     only lane 1: the load-back evicts the child, then the parent (it was refused before)."""
@@ -1010,7 +1004,6 @@ def real_req(cache, toks, base, pool_idx=0):
     return req
 
 
-@pytest.mark.representative
 def test_cache_unfinished_req_carries_the_request_rotation_base():
     """A chunked prefill caches its first chunk through cache_unfinished_req, whose
     InsertParams carry no rotation_base upstream: the patch hands it the request's."""

@@ -70,7 +70,6 @@ def single_child_chain(n=4, policy="lru"):
 
 
 @pytest.mark.parametrize("policy", ["lru", "mru"])
-@pytest.mark.representative
 def test_interior_lane_page_behind_a_useless_child_is_covered(policy):
     """Lane 0 is short, the only lane-0 page sits in an interior node whose one
     child frees only lane 1: evict the child, then the parent."""

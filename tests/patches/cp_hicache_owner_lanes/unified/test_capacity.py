@@ -23,7 +23,7 @@ from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as ca
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
-from tests.support.series_forms import around_in_runtime_form
+from tests.support.hooked import around
 
 
 def _base_class():
@@ -40,7 +40,7 @@ def upstream_evict(h, num_tokens):
 
 @pytest.fixture(scope="module", autouse=True)
 def hook():
-    with around_in_runtime_form(_base_class(), "evict_to_free_tokens", cap.evict_to_free_tokens_hook,
+    with around(_base_class(), "evict_to_free_tokens", cap.evict_to_free_tokens_hook,
                                 "cp-hicache-owner-lanes"):
         yield
 
@@ -77,7 +77,6 @@ def lane0_newest(write_policy="write_through"):
     return h
 
 
-@pytest.mark.representative
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
 def test_prefill_capacity_evicts_only_the_short_lane(policy):
     """One page per lane needed (N x ps tokens): upstream evicts all seven leaves to raise lane 0,

@@ -24,14 +24,14 @@ from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
-from tests.support.series_forms import around_in_runtime_form
+from tests.support.hooked import around
 
 
 @pytest.fixture(scope="module", autouse=True)
 def hook():
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    with around_in_runtime_form(UnifiedRadixCache, "_load_back_transfers", load_back_transfers_hook,
+    with around(UnifiedRadixCache, "_load_back_transfers", load_back_transfers_hook,
                                 "cp-hicache-owner-lanes"):
         yield
 
@@ -81,7 +81,6 @@ def scenario_b(h):
     return node
 
 
-@pytest.mark.representative
 def test_scenario_a_loads_with_nothing_evicted():
     up = Harness()
     node = scenario_a(up)

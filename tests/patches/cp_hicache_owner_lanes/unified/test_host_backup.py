@@ -17,7 +17,7 @@ import pytest
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified import host_backup as hb
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
-from tests.support.series_forms import around_in_runtime_form
+from tests.support.hooked import around
 
 
 def _cache_class():
@@ -28,7 +28,7 @@ def _cache_class():
 
 @pytest.fixture(scope="module", autouse=True)
 def hook():
-    with around_in_runtime_form(_cache_class(), "_execute_kv_backup", hb.execute_kv_backup_hook,
+    with around(_cache_class(), "_execute_kv_backup", hb.execute_kv_backup_hook,
                                 "cp-hicache-owner-lanes"):
         yield
 
@@ -85,7 +85,6 @@ def backups(h, count):
     return backed, lost
 
 
-@pytest.mark.representative
 def test_a_full_lane_no_longer_refuses_backups_into_lanes_with_room():
     """Host lane 0 held whole: upstream refuses every backup (its min-lane gate reads 0 and nothing
     is evictable); through the hook each backup into lanes 1-3 goes through."""
