@@ -53,14 +53,17 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
     return table
 
 
-def _check_rows(plan) -> list[dict]:
+def _check_rows(plan, dependencies: bool = False) -> list[dict]:
+    """One row per target (or, with ``dependencies``, per dependency) of every patch, enabled or not."""
     rows = []
     for patch in plan.patches:
         enabled = patch.id not in plan.disabled
-        statuses = plan.statuses.get(patch.id) or [None] * len(patch.targets)
-        for target, st in zip(patch.targets, statuses):
+        found = {st.target.path: st for st in plan.statuses.get(patch.id, []) if st.is_dependency == dependencies}
+        for target in patch.depends if dependencies else patch.targets:
+            st = found.get(target.path)
             rows.append({
-                "patch": patch.id, "role": patch.role, "target": target.path, "hook": target.hook_type,
+                "patch": patch.id, "role": patch.role, "target": target.path,
+                "hook": f"uses ({target.needed_by})" if dependencies else target.hook_type,
                 "fingerprint": str(st.status) if st else "not checked",
                 "expected": st.expected if st else None, "found": st.found if st else None,
                 "detail": st.detail if st else "", "enabled": enabled,
@@ -70,16 +73,18 @@ def _check_rows(plan) -> list[dict]:
 
 def _check_report(plan, argv: list[str] | None = None) -> dict:
     """Everything ``check`` says, as data (what ``--json`` prints)."""
-    rows = _check_rows(plan)
+    rows, dependencies = _check_rows(plan), _check_rows(plan, dependencies=True)
     problems = verify.ready(plan, argv=argv, environment=True)
     discoverable, how = verify.plugin_discovery()
     hook = process_hook.installed_path()
-    bad = [] if plan.version_problem else [r for r in rows if r["enabled"] and r["fingerprint"] != "match"]
+    bad = [] if plan.version_problem else [r for r in (*rows, *dependencies)
+                                           if r["enabled"] and r["fingerprint"] != "match"]
     return {"ok": not problems, "sglang": installed.installed_sglang_version(), "pin": lockfile.read_pin().version,
             "supported_pins": list(lockfile.pin_dirs()), "python": installed.running_python(),
             "plugin_discoverable": discoverable, "plugin": how,
             "process_hook": str(hook) if hook else None, "strict": settings.strict(),
-            "version_problem": plan.version_problem, "readiness": problems, "targets": rows, "problems": bad}
+            "version_problem": plan.version_problem, "readiness": problems, "targets": rows,
+            "dependencies": dependencies, "problems": bad}
 
 
 def run_check(as_json: bool = False, argv: list[str] | None = None) -> int:
@@ -107,6 +112,11 @@ def _print_check(report: dict) -> None:
         table.add_row(r["patch"], r["role"], r["target"], r["hook"], f"[{_COLOUR.get(fp, 'white')}]{fp}[/]",
                       "yes" if r["enabled"] else "[yellow]disabled[/]")
     console.print(table)
+    deps = report["dependencies"]
+    if deps:
+        moved = [r for r in deps if r["enabled"] and r["fingerprint"] != "match"]
+        console.print(f"dependencies (upstream definitions the hooks call or override, locked like targets): "
+                      f"{len(deps) - len(moved)} of {len(deps)} match" + ("" if moved else " [green]ok[/]"))
     console.print(f"installed sglang: {report['sglang']} (pinned {report['pin']})")
     console.print(f"plugin discoverable: {'yes' if report['plugin_discoverable'] else '[red]NO[/]'}: {report['plugin']}")
     hook = report["process_hook"]
@@ -198,20 +208,24 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
         if not path.is_file():
             err_console.print(f"sglang-overlay rebase-check: no such wheel {path}")
             return 2
-        rows = rebase.report(path, verify.declared_patches(lockfile.read_pin().version))
+        patches = verify.declared_patches(lockfile.read_pin().version)
+        rows, deps = rebase.report(path, patches), rebase.report(path, patches, dependencies=True)
     label = path.name
     if as_json:
-        print(json.dumps({"wheel": label, "targets": rows}, indent=2))
+        print(json.dumps({"wheel": label, "targets": rows, "dependencies": deps}, indent=2))
     else:
-        table = _table(f"rebase-check: the patches against {label}", ("patch", "target", "status", "detail"))
         colour = {"unchanged": "green", "changed": "yellow", "missing": "red"}
-        for r in rows:
-            table.add_row(r["patch"], r["target"], f"[{colour[r['status']]}]{r['status']}[/]", r["detail"])
-        console.print(table)
-        moved = [r for r in rows if r["status"] != "unchanged"]
-        console.print(f"{len(rows) - len(moved)} unchanged, {sum(r['status'] == 'changed' for r in rows)} changed, "
-                      f"{sum(r['status'] == 'missing' for r in rows)} missing")
-    return 0 if all(r["status"] == "unchanged" for r in rows) else 1
+        for title, found in (("targets", rows), ("dependencies (called or overridden, not hooked)", deps)):
+            table = _table(f"rebase-check: the patches' {title} against {label}", ("patch", "target", "status", "detail"))
+            for r in found:
+                detail = r["detail"] or (f"needed by {r['needed_by']}" if "needed_by" in r else "")
+                table.add_row(r["patch"], r["target"], f"[{colour[r['status']]}]{r['status']}[/]", detail)
+            console.print(table)
+        every = (*rows, *deps)
+        console.print(f"{sum(r['status'] == 'unchanged' for r in every)} unchanged, "
+                      f"{sum(r['status'] == 'changed' for r in every)} changed, "
+                      f"{sum(r['status'] == 'missing' for r in every)} missing")
+    return 0 if all(r["status"] == "unchanged" for r in (*rows, *deps)) else 1
 
 
 def run_launch(args: list[str]) -> int:

@@ -31,18 +31,29 @@ def sha256_tag(data: bytes | str) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _assigns(stmt: ast.stmt, name: str) -> bool:
+    """``name = ...`` or ``name: T [= ...]`` at this level (a class constant, a NamedTuple or dataclass field)."""
+    if isinstance(stmt, ast.AnnAssign):
+        return isinstance(stmt.target, ast.Name) and stmt.target.id == name
+    return isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+
+
 def find_definition(tree: ast.Module, qualname: str) -> ast.AST:
-    """The class or function definition of ``qualname`` in ``tree`` (the last one wins, as at run time)."""
+    """The definition of ``qualname`` in ``tree`` (the last one wins, as at run time): a class or a function,
+    or, for the last part, the assignment of a class-level or module-level name (a dependency on a field)."""
     scope: list[ast.stmt] = tree.body
     node: ast.AST | None = None
-    for part in qualname.split("."):
+    parts = qualname.split(".")
+    for i, part in enumerate(parts):
         node = None
         for stmt in scope:
             if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == part:
                 node = stmt
+            elif i == len(parts) - 1 and _assigns(stmt, part):
+                node = stmt
         if node is None:
             raise TargetNotFound(f"{qualname!r}: no definition of {part!r}")
-        scope = node.body
+        scope = getattr(node, "body", [])
     assert node is not None
     return node
 

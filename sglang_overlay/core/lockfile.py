@@ -10,7 +10,9 @@ supported pin). JSON, sorted, one target per entry::
                   "wheels": {"3.11": {"file": "sglang-0.5.23-cp311-...whl", "sha256": "..."}, "3.12": {...}}},
      "modules": {"<module>": "sha256:<seal: the file's digest bound to its targets' fingerprints>"},
      "targets": {"<module>.<qualname>": {"patch": id, "module": ..., "qualname": ...,
-                                         "hook_type": "AROUND", "fingerprint": "sha256:..."}}}
+                                         "hook_type": "AROUND", "fingerprint": "sha256:..."}},
+     "dependencies": {"<module>.<qualname>": {"patch": id, "module": ..., "qualname": ...,
+                                              "needed_by": "unified.eviction", "fingerprint": "sha256:..."}}}
 
 ``wheels`` has one entry per CPython upstream ships that release for (sglang carries Rust extensions, so
 one wheel per tag; their Python sources are byte-identical, so one set of fingerprints serves them all).
@@ -130,9 +132,17 @@ def sha256_file(path: Path) -> str:
 
 
 def build_lock(patches, pin: Pin, fingerprint, file_digest) -> dict:
-    """A lock for ``patches``: per-target fingerprints from ``fingerprint(module, qualname)`` and,
-    per hooked module, a seal of the whole file's ``file_digest(module)`` and those fingerprints
+    """A lock for ``patches``: per-target and per-dependency fingerprints from ``fingerprint(module,
+    qualname)`` and, per module, a seal of the whole file's ``file_digest(module)`` and those fingerprints
     (start-up skips parsing a module whose file is unchanged)."""
+    dependencies = {}
+    for patch in patches:
+        for dep in patch.depends:
+            entry = dependencies.setdefault(dep.path, {"patch": patch.id, "module": dep.module,
+                                                       "qualname": dep.qualname, "needed_by": dep.needed_by,
+                                                       "fingerprint": fingerprint(dep.module, dep.qualname)})
+            if entry["patch"] != patch.id:  # two patches rely on one definition: both are named
+                entry["patch"] = ",".join(sorted({*entry["patch"].split(","), patch.id}))
     targets = {}
     for patch in patches:
         for target in patch.targets:
@@ -143,15 +153,21 @@ def build_lock(patches, pin: Pin, fingerprint, file_digest) -> dict:
                 "hook_type": target.hook_type,
                 "fingerprint": fingerprint(target.module, target.qualname),
             }
+    locked = {**dependencies, **targets}
     modules = {
-        module: module_seal(file_digest(module), module_fingerprints(targets, module))
-        for module in sorted({t["module"] for t in targets.values()})
+        module: module_seal(file_digest(module), module_fingerprints(locked, module))
+        for module in sorted({t["module"] for t in locked.values()})
     }
-    return {"upstream": pin.__dict__, "modules": modules, "targets": targets}
+    return {"upstream": pin.__dict__, "modules": modules, "targets": targets, "dependencies": dependencies}
 
 
-def module_fingerprints(targets: dict, module: str) -> dict[str, str]:
-    return {path: t["fingerprint"] for path, t in targets.items() if t.get("module") == module}
+def module_fingerprints(entries: dict, module: str) -> dict[str, str]:
+    return {path: t["fingerprint"] for path, t in entries.items() if t.get("module") == module}
+
+
+def locked_entries(lock: dict) -> dict:
+    """Every fingerprinted definition of a lock: its dependencies and its targets (a seal covers both)."""
+    return {**lock.get("dependencies", {}), **lock["targets"]}
 
 
 def module_seal(file_digest: str | None, fingerprints: dict[str, str]) -> str:

@@ -1,6 +1,6 @@
 """Rebase check: would the locked targets survive another upstream wheel? Read from the wheel, never installed.
 
-Per patch and target of the current pin: ``unchanged`` (the target's fingerprint in the other wheel equals
+Per patch and target (and per dependency: what the hooks call without hooking it) of the current pin: ``unchanged`` (the target's fingerprint in the other wheel equals
 the lock's), ``changed`` or ``missing``. Only ``sglang-overlay rebase-check --to`` touches the network (a
 ``pip download --no-deps``).
 
@@ -32,17 +32,21 @@ def download_wheel(version: str, dest: str) -> Path:
     return wheels[0]
 
 
-def report(wheel: Path, patches) -> list[dict]:
-    """Per patch and target of ``patches``: unchanged / changed / missing in ``wheel``."""
+def report(wheel: Path, patches, dependencies: bool = False) -> list[dict]:
+    """Per patch and target (with ``dependencies``: per dependency) of ``patches``: unchanged / changed /
+    missing in ``wheel``."""
     lock = lockfile.read_lock()
+    section = lock.get("dependencies", {}) if dependencies else lock["targets"]
     rows = []
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         for patch in patches:
-            for target in patch.targets:
+            for target in patch.depends if dependencies else patch.targets:
                 member = fingerprint.module_file_in_wheel(target.module)
-                locked = lock["targets"].get(target.path, {}).get("fingerprint")
+                locked = section.get(target.path, {}).get("fingerprint")
                 row = {"patch": patch.id, "target": target.path, "locked": locked, "found": None}
+                if dependencies:
+                    row["needed_by"] = target.needed_by
                 if member not in names:
                     row.update(status="missing", detail=f"no {member} in the wheel")
                 else:

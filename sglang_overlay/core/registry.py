@@ -46,8 +46,8 @@ PATCHES_PACKAGE = "sglang_overlay.patches"
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _KNOB = re.compile(r"^SGLANG_OVERLAY_[A-Z0-9_]+$")
 
-__all__ = ["ANY_UPSTREAM", "HOOK_TYPES", "ROLES", "Knob", "Patch", "RegistryError", "Release", "Target",
-           "discover_patches", "package_name"]
+__all__ = ["ANY_UPSTREAM", "HOOK_TYPES", "ROLES", "Dependency", "Knob", "Patch", "RegistryError", "Release",
+           "Target", "discover_patches", "package_name"]
 
 
 def _specifier(text: str, where: str) -> SpecifierSet:
@@ -101,6 +101,24 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Dependency:
+    """An upstream definition a patch's hooks call, override or read without hooking it.
+
+    Fingerprinted and locked like a target (the lock's ``dependencies``), so a change to it refuses start-up
+    naming it and ``needed_by``, the hook module(s) that rely on it, instead of breaking inside the
+    scheduler. ``tests/core/test_dependencies.py`` finds the names mechanically, so this list cannot go stale.
+    """
+
+    module: str  # where the definition lives, e.g. "sglang.srt.mem_cache.unified_radix_cache"
+    qualname: str  # e.g. "UnifiedRadixCache._evict_device_leaf"
+    needed_by: str  # the hook module(s) relying on it, relative to the patch's package: "unified.eviction"
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+@dataclass(frozen=True)
 class Release:
     """The code of one upstream design: a folder of its patch and the sglang releases it serves.
 
@@ -111,6 +129,7 @@ class Release:
     upstream: str
     targets: tuple[Target, ...]
     folder: str = ""
+    depends: tuple[Dependency, ...] = ()  # what this folder's hooks call or override without hooking it
 
     def __post_init__(self) -> None:
         spec = _specifier(self.upstream, f"release {self.folder or '?'}")
@@ -179,6 +198,7 @@ class Patch:
     position: int = 0  # place in the series, >= 1; 0 only for extras
     knobs: tuple[Knob, ...] = ()
     releases: tuple[Release, ...] = ()
+    depends: tuple[Dependency, ...] = ()  # what the patch's own (every-release) hooks call without hooking it
     extra: bool = field(default=False, compare=False)  # declared outside the shipped series
 
     def __post_init__(self) -> None:
@@ -230,7 +250,8 @@ class Patch:
         targets = (*own, *(release.scoped_targets() if release else ()))
         if not targets:
             return None
-        return replace(self, targets=targets, releases=())
+        depends = tuple(dict.fromkeys((*self.depends, *(release.depends if release else ()))))
+        return replace(self, targets=targets, releases=(), depends=depends)
 
 
 def overlap(a: SpecifierSet, b: SpecifierSet) -> str | None:

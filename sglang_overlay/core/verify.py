@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_overlay.version import __version__
 from sglang_overlay.core import fingerprint, installed, lockfile, process_hook, settings
-from sglang_overlay.core.registry import Patch, Target, discover_patches
+from sglang_overlay.core.registry import Dependency, Patch, Target, discover_patches
 from sglang_overlay.errors import OverlayError
 
 HOW_TO_PROCEED = (
@@ -52,8 +52,10 @@ class Status(str, enum.Enum):
 
 @dataclass(frozen=True)
 class TargetStatus:
+    """How one locked definition verifies: a hooked ``Target`` or a ``Dependency`` its hooks rely on."""
+
     patch: str
-    target: Target
+    target: Target | Dependency
     status: Status
     expected: str | None
     found: str | None
@@ -63,27 +65,36 @@ class TargetStatus:
     def ok(self) -> bool:
         return self.status.ok
 
+    @property
+    def is_dependency(self) -> bool:
+        return isinstance(self.target, Dependency)
+
     def describe(self) -> str:
-        head = f"patch '{self.patch}' target {self.target.path}"
+        if self.is_dependency:
+            head = (f"patch '{self.patch}' dependency {self.target.path} (called or overridden by its hook module "
+                    f"{self.target.needed_by}, not hooked)")
+        else:
+            head = f"patch '{self.patch}' target {self.target.path}"
         if self.status is Status.DRIFT:
             return f"{head}: fingerprint drift (expected {self.expected}, found {self.found})"
         if self.status is Status.MISSING:
-            return f"{head}: target missing in the installed upstream ({self.detail})"
+            return f"{head}: missing in the installed upstream ({self.detail})"
         if self.status is Status.UNLOCKED:
             return f"{head}: no fingerprint in the lock (found {self.found})"
         return f"{head}: {self.status}"
 
 
-def _seal_vouches(target: Target, lock: dict) -> bool:
+def _seal_vouches(target: Target | Dependency, lock: dict) -> bool:
     """The module file is byte-for-byte the one the lock's fingerprints were computed from."""
     seal = lock.get("modules", {}).get(target.module)
     return bool(seal) and seal == lockfile.module_seal(
-        fingerprint.installed_file_digest(target.module), lockfile.module_fingerprints(lock["targets"], target.module)
+        fingerprint.installed_file_digest(target.module),
+        lockfile.module_fingerprints(lockfile.locked_entries(lock), target.module),
     )
 
 
-def target_status(patch: Patch, target: Target, lock: dict) -> TargetStatus:
-    entry = lock["targets"].get(target.path)
+def target_status(patch: Patch, target: Target | Dependency, lock: dict) -> TargetStatus:
+    entry = lock.get("dependencies" if isinstance(target, Dependency) else "targets", {}).get(target.path)
     expected = entry["fingerprint"] if entry else None
     if expected and _seal_vouches(target, lock):  # match by construction: no parse
         return TargetStatus(patch.id, target, Status.MATCH, expected, expected)
@@ -165,7 +176,8 @@ def make_plan(lock: dict | None = None) -> Plan:
     problem = version_problem(pin)
     if problem is not None:  # another release's sources: their fingerprints would say nothing (nor parse, maybe)
         return Plan(patches, {}, disabled, problem)
-    statuses = {p.id: [target_status(p, t, lock) for t in p.targets] for p in patches if p.id not in disabled}
+    statuses = {p.id: [target_status(p, t, lock) for t in (*p.targets, *p.depends)]
+                for p in patches if p.id not in disabled}
     return Plan(patches, statuses, disabled, None)
 
 
