@@ -57,7 +57,8 @@ def _run(moe, path, local, batch, *, context=True):
     from sglang.srt.model_executor.forward_context import get_forward_context, has_forward_context
 
     _reset(moe)
-    fn = {"patched": _hooked(moe), "upstream": moe["upstream"], "batch-count-only": _hooked(moe, run_on_valid_rows)}[path]
+    paths = {"patched": _hooked(moe), "upstream": moe["upstream"], "batch-count-only": _hooked(moe, run_on_valid_rows)}
+    fn = paths[path]
     with eager_forward_context(batch) if context else nullcontext(), torch.no_grad():
         before = get_forward_context() if has_forward_context() else None
         out = fn(moe["layer"], local, batch)
@@ -218,7 +219,7 @@ def test_wrong_row_count_fails_loudly(moe):
 
 
 def test_a_breakable_capture_through_a_cp_forward_raises(moe):
-    """The shared capture guard on this release's breakable-graph flag (defence in depth behind the start-up refusal)."""
+    """The shared capture guard on this release's breakable-graph flag (defence in depth behind the refusal)."""
     from sglang.srt.model_executor.forward_context import get_forward_context
     from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.context import (
         enable_breakable_cuda_graph,
