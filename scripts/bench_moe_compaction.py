@@ -25,7 +25,7 @@ on any host sync the boundary adds, and reports ``compaction_fraction``
 ``--boundary-only`` needs neither sglang nor rich (a host with torch alone, e.g. the GPU
 check): per dummy fraction it times the boundary's own steps as ``forward_deepep`` runs them
 on a forward with dummy rows (a new layout's device index, then per MoE layer one gather and
-one zero-filled scatter, ``boundary.compact_rows`` / ``restore_rows``), and on CUDA runs them
+one zero-filled scatter, ``rows.compact_rows`` / ``restore_rows``), and on CUDA runs them
 under ``set_sync_debug_mode("error")``. The MoE itself is not run.
 
     .venv/bin/python scripts/bench_moe_compaction.py --json out/moe_compaction.json --png out/moe_compaction.png
@@ -147,7 +147,7 @@ def write_png(results, title: str, path: Path) -> None:
 
 def sync_free_steps(layouts, x, layers: int = 2) -> None:
     """The boundary's steps on new forwards (a new layout each) under set_sync_debug_mode('error')."""
-    from sglang_overlay.patches.moe_cp_compaction.boundary import compact_rows, restore_rows
+    from sglang_overlay.patches.moe_cp_compaction.rows import compact_rows, restore_rows
 
     torch.cuda.synchronize(x.device)
     torch.cuda.set_sync_debug_mode("error")
@@ -163,7 +163,7 @@ def sync_free_steps(layouts, x, layers: int = 2) -> None:
 
 def boundary_steps(x, layout, layers: int) -> torch.Tensor:
     """What forward_deepep adds around the MoE on one forward with dummy rows (MoE body: none)."""
-    from sglang_overlay.patches.moe_cp_compaction.boundary import compact_rows, restore_rows
+    from sglang_overlay.patches.moe_cp_compaction.rows import compact_rows, restore_rows
 
     out = x
     for _layer in range(layers):
@@ -221,18 +221,26 @@ def _layer_of_installed_pin(args, device, dtype):
         if device.type != "cpu":
             raise SystemExit("bench_moe_compaction.py: the whole layer on sglang 0.5.23 runs on the CPU here "
                              "(its stand-ins publish a CPU world); --boundary-only measures the boundary on CUDA")
-        from sglang_overlay.patches.moe_cp_compaction import v0_5_23 as pin_hook
         from tests.support.moe_standins_0523 import build_moe, upstream_forward_deepep
 
         moe, _ = build_moe(shape, dtype=dtype, record=False)
-        return moe, upstream_forward_deepep(), pin_hook.forward_deepep
+        return moe, upstream_forward_deepep(), _boundary_hook_of_installed_release()
     from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
 
-    from sglang_overlay.patches.moe_cp_compaction import boundary
     from tests.support.moe_standins import build_deepseek_moe
 
     moe, _ = build_deepseek_moe(shape, dtype=dtype, device=str(device), record=False)
-    return moe, DeepseekV2MoE.forward_deepep.__wrapped__, boundary.forward_deepep
+    return moe, DeepseekV2MoE.forward_deepep.__wrapped__, _boundary_hook_of_installed_release()
+
+
+def _boundary_hook_of_installed_release():
+    """The ``forward_deepep`` hook of the release folder serving the installed sglang (from the registry)."""
+    from sglang_overlay.core import installed
+    from sglang_overlay.core.registry import discover_patches
+
+    (patch,) = [p for p in discover_patches(installed.installed_sglang_version()) if p.id == "moe-cp-compaction"]
+    (target,) = [t for t in patch.targets if t.qualname == "DeepseekV2MoE.forward_deepep"]
+    return target.resolve_hook()
 
 
 def run_full(args, device, dtype) -> dict:
@@ -241,7 +249,8 @@ def run_full(args, device, dtype) -> dict:
     from rich.console import Console
     from rich.table import Table
 
-    from sglang_overlay.patches.moe_cp_compaction.layout import ComputePaddingLayout, attach_layout
+    from sglang_overlay.patches.moe_cp_compaction.batch_layout import attach_layout
+    from sglang_overlay.patches.moe_cp_compaction.layout import ComputePaddingLayout
     from tests.support.moe_standins import make_forward_batch
 
     moe, upstream, hook = _layer_of_installed_pin(args, device, dtype)

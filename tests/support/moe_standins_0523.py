@@ -5,7 +5,7 @@ playing each CP rank in turn; stand-ins only for DeepEP and the CP world's group
 ``initialize_model_parallel(1, ...)`` call and ``MoeFlags.disable_shared_experts_fusion`` are gone
 in 0.5.23); this module is its 0.5.23 counterpart and reuses its stand-ins (``ExpertsStandIn``,
 ``Recorder``, ``expert_location_metadata``). Used by the probe docs/rebase-0.5.23/probe_moe_cp.py and
-by tests/patches/moe_cp_compaction/test_v0_5_23*.py.
+by tests/patches/moe_cp_compaction/forward_context/.
 
 Real upstream 0.5.23 code on the path:
   * ``DeepseekV2MoE`` built by its own ``__init__`` (real ``MoEGate``, grouped ``TopK`` with correction

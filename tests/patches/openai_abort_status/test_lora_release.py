@@ -69,21 +69,3 @@ def test_a_normal_finish_releases_once(patched, mode):
 @pytest.mark.representative
 def test_every_abort_releases_the_lora_reference_exactly_once(patched, key, via, mode):
     assert patched[f"{key}/{via}/{mode}"] == {"count": 0, "outcome": expected_outcome(key, mode)}
-
-
-@pytest.mark.upstream("<0.5.23", why="0.5.20's double release; 0.5.23 releases through _release_lora_once (test_v0_5_23.py)")
-def test_upstream_releases_twice_or_never():
-    """0.5.20 as shipped (the patch off): its 500/503 branch releases again after
-    ``_handle_batch_output`` did (-1), and the scheduler's abort echo releases only for 500/503
-    (+1 for every other code, a graceful abort included)."""
-    upstream = run_accounting(SGLANG_OVERLAY_DISABLE="openai-abort-status")
-    counts = {case: result["count"] for case, result in upstream.items()}
-    assert counts["finished/output/stream"] == counts["finished/output/non_stream"] == 0
-    for mode in MODES:
-        # codes that compare equal to HTTPStatus 500/503 take upstream's releasing branch
-        for key in ("httpstatus_503", "int_503", "np_503", "float_503"):
-            assert counts[f"{key}/output/{mode}"] == -1, key
-            assert counts[f"{key}/abort_req/{mode}"] == 0, key
-        for key in ("none", "str_503", "intenum_429", "httpstatus_400"):
-            assert counts[f"{key}/output/{mode}"] == 0, key
-            assert counts[f"{key}/abort_req/{mode}"] == 1, key

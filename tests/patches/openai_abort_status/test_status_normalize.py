@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_overlay.patches.openai_abort_status.hooks import normalize_abort_status, normalize_finish_reason
+from sglang_overlay.patches.openai_abort_status.status import normalize_abort_status, normalize_finish_reason
 from tests.support.abort_scripts import ABORT_CODES, BAD_REQUEST_KEYS, EXPECTED_STATUS, QueueStatus
 
 S = HTTPStatus

@@ -16,7 +16,7 @@ import types
 import pytest
 from starlette.responses import StreamingResponse
 
-from sglang_overlay.patches.openai_abort_status.hooks import streaming_response_with_http_status
+from sglang_overlay.patches.openai_abort_status.streaming import streaming_response_with_http_status
 
 ERROR = 'data: {"error": {"object": "error", "message": "queue full", "type": "SERVICE_UNAVAILABLE", "param": null, "code": 503}}\n\n'
 USAGE = 'data: {"usage": {"prompt_tokens": 1, "completion_tokens": 0}}\n\n'

@@ -18,10 +18,7 @@ from types import SimpleNamespace
 import pytest
 from fastapi import HTTPException
 
-from sglang_overlay.patches.openai_abort_status.hooks import handle_abort_finish_reason
-
-pytestmark = pytest.mark.upstream("<0.5.23", why="0.5.20's release branch; 0.5.23's hook is normalize-then-upstream "
-                                                 "(test_v0_5_23.py counts its releases)")
+from sglang_overlay.patches.openai_abort_status.listed_statuses.finish_reason import handle_abort_finish_reason
 
 ADAPTER = "adapter"
 

@@ -19,7 +19,7 @@ from types import MethodType, SimpleNamespace
 
 import pytest
 
-from sglang_overlay.patches.openai_abort_status.hooks import normalize_then_upstream
+from sglang_overlay.patches.openai_abort_status.status_range.finish_reason import normalize_then_upstream
 
 ADAPTER = "adapter"
 

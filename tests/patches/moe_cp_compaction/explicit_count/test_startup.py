@@ -15,11 +15,10 @@ import pytest
 import torch
 
 from sglang_overlay.errors import OverlayError
-from sglang_overlay.patches.moe_cp_compaction.boundary import MoeCompactionError, refuse_unsupported_at_startup
-from tests.patches.moe_cp_compaction.test_boundary import lane_slot_case
+from sglang_overlay.patches.moe_cp_compaction.errors import MoeCompactionError
+from sglang_overlay.patches.moe_cp_compaction.explicit_count.startup import refuse_unsupported_at_startup
+from tests.patches.moe_cp_compaction.explicit_count.test_boundary import lane_slot_case
 from tests.support.moe_standins import deepep_backend_selected, make_forward_batch
-
-pytestmark = pytest.mark.upstream("<0.5.23", why="0.5.20's start-up refusals on its DeepseekV2MoE; 0.5.23's is in test_v0_5_23.py")
 
 HEAD = "patch 'moe-cp-compaction' cannot keep CP dummy rows out of sparse MoE in layer 1: "
 TAIL = ". Change the configuration or disable the patch (SGLANG_OVERLAY_DISABLE=moe-cp-compaction)."

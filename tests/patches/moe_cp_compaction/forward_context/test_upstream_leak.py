@@ -1,5 +1,5 @@
 """Upstream sglang 0.5.23 lets CP dummy (padding) rows into DeepseekV2MoE.forward_deepep: the evidence that
-patch moe-cp-compaction is still needed on that pin. Runs only where the installed sglang is 0.5.23.
+patch moe-cp-compaction is still needed on that pin. Collected only where sglang >= 0.5.23 (folder forward_context/).
 
 On upstream's real CP path (``init_cp_strategy``'s strategy objects, a real ``ForwardBatch``, ``prepare_cp_forward``
 with ``pad_logical_token_to_physical``, ``strategy.shard_hidden_states`` with ``pad_local_rows``, the eager runner's
@@ -20,10 +20,7 @@ docs/rebase-0.5.23/probe_moe_cp.py.
 
 from __future__ import annotations
 
-
 import pytest
-
-
 import torch
 
 from tests.support.moe_standins_0523 import (

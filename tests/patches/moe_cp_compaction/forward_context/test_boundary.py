@@ -1,4 +1,4 @@
-"""moe-cp-compaction on sglang 0.5.23 (``sglang_overlay.patches.moe_cp_compaction.v0_5_23``) on upstream's real
+"""moe-cp-compaction's boundary on sglang >= 0.5.23 (``moe_cp_compaction.forward_context.forward``) on upstream's real
 CP path: a ``DeepseekV2MoE`` built by upstream's own ``__init__``, upstream's strategy objects, ForwardBatch, CP
 padding and forward context; stand-ins only for DeepEP and the CP world's group handles
 (tests/support/moe_standins_0523.py). One process plays each CP rank in turn.
@@ -6,57 +6,31 @@ padding and forward context; stand-ins only for DeepEP and the CP world's group 
 The hooks are called the way SGLang's HookRegistry calls them (AROUND: ``hook(original, self, ...)`` with
 upstream's own ``forward_deepep`` as ``original``; AFTER: ``hook(result, self, ...)`` after upstream's own
 constructor). Failing-first: each boundary assertion is run on upstream's unhooked ``forward_deepep`` too, as
-a strict xfail (it must fail there, under both strategies). Runs only where the installed sglang is 0.5.23.
+a strict xfail (it must fail there, under both strategies). Collected only where sglang >= 0.5.23.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import pytest
-
-
 import torch
 
-from sglang_overlay.errors import OverlayError
-from sglang_overlay.patches.moe_cp_compaction import v0_5_23 as v23
-from sglang_overlay.patches.moe_cp_compaction.boundary import MoeCompactionError
-from sglang_overlay.patches.moe_cp_compaction.boundary import forward_deepep as boundary_0_5_20
-from sglang_overlay.patches.moe_cp_compaction.layout import (
-    attach_layout,
-    lane_slot_layout,
-    lane_slot_tokens,
-)
-from tests.support.moe_standins import MoeShape, deepep_backend_selected
+from sglang_overlay.patches.moe_cp_compaction.batch_layout import attach_layout
+from sglang_overlay.patches.moe_cp_compaction.boundary import run_on_valid_rows
+from sglang_overlay.patches.moe_cp_compaction.errors import MoeCompactionError
+from sglang_overlay.patches.moe_cp_compaction.forward_context import forward
+from sglang_overlay.patches.moe_cp_compaction.op_path import refuse_dummy_rows_in_op_path
+from sglang_overlay.patches.moe_cp_compaction.producers import lane_slot_layout, lane_slot_tokens
+from tests.support.moe_standins import MoeShape
 from tests.support.moe_standins_0523 import (
-    build_moe,
     cp_rank_scope,
     eager_forward_context,
     prepare_cp_rank,
-    upstream_forward_deepep,
 )
 
 HIDDEN = MoeShape().hidden
 CASES = [(2, [5, 9, 7]), (4, [9, 13, 11])]  # uneven: every rank's shard is padded, by different amounts
 RANKS = [pytest.param(cp, lens, r, id=f"cp{cp}-rank{r}") for cp, lens in CASES for r in range(cp)]
 TOL = dict(rtol=1e-5, atol=1e-5)
-
-
-@pytest.fixture(scope="module")
-def moe():
-    layer, rec = build_moe()
-    bounds = []
-
-    def on_topk(module, args, kwargs):
-        """The bound top-k resolves (``resolve_routing_inputs``: the forward context's getter)."""
-        from sglang.srt.model_executor.forward_context import get_forward_context, has_forward_context
-
-        get_bound = get_forward_context().moe_num_token_non_padded if has_forward_context() else None
-        bound = None if get_bound is None else get_bound()
-        bounds.append(None if bound is None else int(bound))
-
-    layer.topk.register_forward_pre_hook(on_topk, with_kwargs=True)
-    return dict(layer=layer, rec=rec, bounds=bounds, upstream=upstream_forward_deepep())
 
 
 def _reset(moe):
@@ -67,8 +41,8 @@ def _reset(moe):
 
 
 def _hooked(moe, hook=None):
-    """``DeepseekV2MoE.forward_deepep`` as the HookRegistry installs the AROUND hook (default: the 0.5.23 one)."""
-    hook = hook or v23.forward_deepep
+    """``DeepseekV2MoE.forward_deepep`` as the HookRegistry installs the AROUND hook (default: this release's)."""
+    hook = hook or forward.forward_deepep
 
     def forward_deepep(self, hidden_states, forward_batch=None, input_ids_global=None):
         return hook(moe["upstream"], self, hidden_states, forward_batch, input_ids_global)
@@ -83,7 +57,8 @@ def _run(moe, path, local, batch, *, context=True):
     from sglang.srt.model_executor.forward_context import get_forward_context, has_forward_context
 
     _reset(moe)
-    fn = {"patched": _hooked(moe), "upstream": moe["upstream"], "0.5.20-boundary": _hooked(moe, boundary_0_5_20)}[path]
+    paths = {"patched": _hooked(moe), "upstream": moe["upstream"], "batch-count-only": _hooked(moe, run_on_valid_rows)}
+    fn = paths[path]
     with eager_forward_context(batch) if context else nullcontext(), torch.no_grad():
         before = get_forward_context() if has_forward_context() else None
         out = fn(moe["layer"], local, batch)
@@ -151,14 +126,14 @@ def test_valid_rows_equal_upstream_and_padding_rows_are_restored_as_zeros(moe, p
 
 @pytest.mark.parametrize(
     "path",
-    PATHS + [pytest.param("0.5.20-boundary", marks=pytest.mark.xfail(
+    PATHS + [pytest.param("batch-count-only", marks=pytest.mark.xfail(
         strict=True, raises=AssertionError, reason="interleave's top-k bound ignores forward_batch's count"))],
 )  # fmt: skip
 def test_an_attached_layout_sets_the_bound_top_k_reads_under_interleave(moe, path):
     """Why the count goes through the forward context: a producer's layout (``attach_layout``; here the lane-slot
     layout of CP shared-KV compute padding, padded to 5 rows) has 4 valid rows on rank 0, but interleave's
     top-k bound is the strategy's ``per_rank_logical_token[0]`` = 3, which a swapped
-    ``forward_batch.num_token_non_padded`` (the 0.5.20 boundary) does not change: top-k would mask the
+    ``forward_batch.num_token_non_padded`` (the shared boundary alone) does not change: top-k would mask the
     fourth valid row (ids -1: no experts), upstream all rows past 3, valid ones included."""
     lens = [3, 3]
     layout = lane_slot_layout(lens, 2, 0, num_rows=5)
@@ -244,7 +219,7 @@ def test_wrong_row_count_fails_loudly(moe):
 
 
 def test_a_breakable_capture_through_a_cp_forward_raises(moe):
-    """0.5.20's capture guard on 0.5.23's breakable-graph flag (defence in depth behind the start-up refusal)."""
+    """The shared capture guard on this release's breakable-graph flag (defence in depth behind the refusal)."""
     from sglang.srt.model_executor.forward_context import get_forward_context
     from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.context import (
         enable_breakable_cuda_graph,
@@ -268,177 +243,12 @@ def test_a_breakable_capture_through_a_cp_forward_raises(moe):
     assert batch.num_token_non_padded is ntnp
 
 
-# --------------------------------------------------------------------------- start-up refusals
-
-HEAD = "patch 'moe-cp-compaction' cannot keep CP dummy rows out of sparse MoE in layer 1: "
-TAIL = ". Change the configuration or disable the patch (SGLANG_OVERLAY_DISABLE=moe-cp-compaction)."
-TP_MOE = (
-    "without an all-to-all MoE backend (--moe-a2a-backend none) the MoE runs forward_normal "
-    "(tensor-parallel experts on rows gathered across CP ranks), which this patch does not "
-    "compact (select an all-to-all backend such as --moe-a2a-backend deepep)"
-)
-BCG = (
-    "breakable CUDA graphs capture context-parallel prefill here (prefill CUDA graph backend 'breakable', "
-    "which sglang 0.5.23 selects by default where layers/cp/bcg:supports_prefill_cp_bcg holds: "
-    "--enable-prefill-cp with --cp-strategy zigzag and the trtllm_mha prefill attention backend, or "
-    "--cp-strategy interleave with DSA attention): gate, top-k and this patch's gather and scatter are "
-    "captured into graph segments, and a replay re-runs only those segments and the DeepEP all-to-all (the "
-    "one eager break), not this patch's Python, on live batches padded to the captured CP-local rows, so "
-    "dummy rows would reach gate, top-k and DeepEP (set --cuda-graph-backend-prefill disabled)"
-)
-TBO = (
-    "two-batch overlap runs MoE through op_gate ... op_output, which this patch does not "
-    "compact (disable --enable-two-batch-overlap)"
-)
-MEGA = (
-    "the mega-MoE backend runs forward_mega_moe, which this patch does not compact (DeepGEMM MegaMoE, or on "
-    "ROCm with SGLANG_AMD_USE_FLYDSL_MEGA_MOE=1 aiter MegaMoEv2; select an all-to-all backend that runs "
-    "forward_deepep, such as --moe-a2a-backend deepep)"
-)
-
-PPLX = (
-    "the MoE a2a backend 'pplx' (--moe-a2a-backend pplx) runs forward_normal, not forward_deepep, which this "
-    "patch does not compact (select an all-to-all backend that runs forward_deepep, such as --moe-a2a-backend "
-    "deepep)"
-)
-
-
-def _new_layer(moe):
-    """A new layer through upstream's own constructor (no hook)."""
-    from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
-
-    return DeepseekV2MoE(moe["layer"].config, layer_id=1, quant_config=None)
-
-
-def _build(moe):
-    """A new layer through upstream's own constructor, then the AFTER hook as the HookRegistry runs it."""
-    layer = _new_layer(moe)
-    v23.refuse_unsupported_at_startup(None, layer, moe["layer"].config, layer_id=1, quant_config=None)
-    return layer
-
-
-def _refusal(moe) -> str:
-    with pytest.raises(OverlayError) as info:
-        _build(moe)
-    return str(info.value)
-
-
-@contextmanager
-def _prefill_cp(*, strategy="zigzag", graphs="breakable", attention="trtllm_mha", cp_size=2):
-    """A prefill-CP server as 0.5.23 reads it: CP rank 0 of the simulated CP world (``cp_rank_scope``, the a2a
-    backend left to the test), the prefill CUDA graph backend in the ``exec.graph`` bag, and as the process's
-    server args a real, unresolved ``ServerArgs`` with the operator's flags (what ``supports_prefill_cp_bcg``
-    reads; resolution would refuse trtllm_mha without an SM90+ GPU)."""
-    from sglang.srt.model_executor.cuda_graph_config import Phase, with_phase
-    from sglang.srt.runtime_context import get_context, get_exec, get_server_args
-    from sglang.srt.server_args import ServerArgs
-
-    flags = dict(enable_prefill_cp=True, tp_size=cp_size, attn_cp_size=cp_size, cp_strategy=strategy,
-                 prefill_attention_backend=attention, cuda_graph_backend_prefill=graphs)  # fmt: skip
-    operator = ServerArgs(model_path=get_server_args().model_path, device="cpu", skip_tokenizer_init=True, **flags)
-    graph = get_exec().graph
-    prefill_graphs = with_phase(graph.cuda_graph_config, Phase.PREFILL, backend=graphs)
-    with pytest.MonkeyPatch.context() as mp, cp_rank_scope(strategy, cp_size, 0, a2a_backend=None):
-        mp.setattr(get_context(), "_server_args", operator)
-        with graph.override(cuda_graph_config=prefill_graphs):
-            yield
-
-
-def _upstream_captures_cp_prefill() -> bool:
-    """What ``PrefillCudaGraphRunner.__init__`` would set ``enable_cp_bcg_capture`` to (backend aside)."""
-    from sglang.srt.layers.cp.bcg import supports_prefill_cp_bcg
-    from sglang.srt.runtime_context import get_server_args
-
-    return supports_prefill_cp_bcg(get_server_args())
-
-
-@pytest.mark.parametrize(
-    "config,a2a,expected",
-    [
-        (dict(graphs="disabled"), "none", [TP_MOE]),
-        (dict(), "deepep", [BCG]),  # zigzag + trtllm_mha + breakable: upstream captures CP prefill
-        (dict(), "none", [TP_MOE, BCG]),  # every problem named at once
-        (dict(graphs="disabled"), "megamoe", [MEGA]),
-        (dict(graphs="disabled"), "deepep+tbo", [TBO]),
-    ],
-    ids=["tp-moe", "breakable-cp-graphs", "all-at-once", "mega-moe", "two-batch-overlap"],
-)
-def test_refusals_name_the_configuration_and_what_to_change(moe, config, a2a, expected):
-    from contextlib import ExitStack
-
-    from sglang.srt.layers.moe.utils import MoeA2ABackend
-    from sglang.srt.runtime_context import get_exec, get_flags
-
-    with ExitStack() as stack:
-        stack.enter_context(_prefill_cp(**config))
-        if a2a.startswith("deepep"):
-            stack.enter_context(deepep_backend_selected())
-        if a2a == "deepep+tbo":
-            stack.enter_context(get_exec().overlap.override(enable_two_batch_overlap=True))
-        if a2a == "megamoe":
-            flags = get_flags().moe
-            saved, flags.a2a_backend = flags.a2a_backend, MoeA2ABackend.MEGAMOE
-            stack.callback(setattr, flags, "a2a_backend", saved)
-        assert _upstream_captures_cp_prefill()  # zigzag + trtllm_mha: upstream's CP BCG predicate holds
-        assert _refusal(moe) == HEAD + "; ".join(expected) + TAIL
-
-
-def test_an_a2a_backend_that_does_not_run_forward_deepep_is_named(moe):
-    """pplx (like flashinfer_megamoe, ascend_tp, customized) leaves ``_enable_a2a_moe`` False: forward_normal.
-    Upstream's constructor refuses pplx on the CPU (its dispatcher), so the hook runs on a layer built with
-    ``--moe-a2a-backend none`` while the flag says pplx."""
-    from sglang.srt.layers.moe.utils import MoeA2ABackend
-    from sglang.srt.runtime_context import get_flags
-
-    flags = get_flags().moe
-    with _prefill_cp(graphs="disabled"):
-        layer = _new_layer(moe)
-        saved, flags.a2a_backend = flags.a2a_backend, MoeA2ABackend.PPLX
-        try:
-            with pytest.raises(OverlayError) as info:
-                v23.refuse_unsupported_at_startup(None, layer)
-        finally:
-            flags.a2a_backend = saved
-    assert str(info.value) == HEAD + PPLX + TAIL
-
-
-@pytest.mark.parametrize(
-    "config",
-    [
-        dict(graphs="disabled"),  # CP prefill runs eagerly
-        dict(strategy="interleave"),  # breakable, but upstream keeps these CP batches off the graph runner
-        dict(attention="fa3"),  # likewise: zigzag CP graphs need trtllm_mha
-        dict(graphs="full"),  # only a breakable runner captures CP prefill
-    ],
-)
-def test_deepep_under_cp_without_cp_graph_capture_builds(moe, config):
-    with _prefill_cp(**config), deepep_backend_selected():
-        layer = _build(moe)
-    assert layer._enable_a2a_moe and type(layer.experts).__name__ == "DeepEPMoE"
-
-
-@pytest.mark.parametrize("a2a", ["none", "deepep"])
-def test_without_cp_nothing_is_refused(moe, a2a):
-    from sglang.srt.model_executor.cuda_graph_config import Phase, with_phase
-    from sglang.srt.runtime_context import get_exec
-
-    graph = get_exec().graph
-    with graph.override(cuda_graph_config=with_phase(graph.cuda_graph_config, Phase.PREFILL, backend="breakable")):
-        if a2a == "deepep":
-            with deepep_backend_selected():
-                assert _build(moe)._enable_a2a_moe
-        else:
-            assert not _build(moe)._enable_a2a_moe
-
-
-# --------------------------------------------------------------------------- BEFORE op_gate (0.5.20's hook, unchanged)
+# --------------------------------------------------------------------------- BEFORE op_gate (the hook of every release)
 
 
 def test_two_batch_overlap_ops_refuse_a_cp_forward_with_padding_rows(moe):
-    """0.5.23's ``op_gate`` still takes the TBO state with its ``forward_batch``: 0.5.20's BEFORE hook applies."""
+    """0.5.23's ``op_gate`` still takes the TBO state with its ``forward_batch``: the shared BEFORE hook applies."""
     from sglang.srt.batch_overlap.operations import _StateDict
-
-    from sglang_overlay.patches.moe_cp_compaction.boundary import refuse_dummy_rows_in_op_path
 
     layer = moe["layer"]
     scope, x = _cp_case("zigzag", 2, [5, 9, 7], 1)
