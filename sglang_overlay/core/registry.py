@@ -65,7 +65,7 @@ class Target:
     qualname: str  # object inside it, e.g. "UnifiedRadixCache._load_back_transfers"
     hook: str  # "package.module:function" resolved at application time
     hook_type: str = "AROUND"  # a sglang HookType name
-    upstream: str = ""  # set from the release folder that declares it ("" = every release); never by hand
+    upstream: str = ""  # filled from the release folder that declares it ("" = every release); never by hand
 
     def __post_init__(self) -> None:
         if self.hook_type not in HOOK_TYPES:
@@ -213,7 +213,7 @@ class Patch:
             if len(set(paths)) != len(paths):
                 raise RegistryError(f"patch {self.id}: a target is declared twice for release {release.folder} "
                                     f"({release.upstream})")
-        own = [(t.path, t.upstream) for t in self.targets]
+        own = [t.path for t in self.targets]
         if len(set(own)) != len(own):
             raise RegistryError(f"patch {self.id}: a target is declared twice")
         for i, a in enumerate(self.releases):
@@ -246,8 +246,7 @@ class Patch:
         """This patch as upstream ``version`` sees it: its own targets plus those of the release folder
         serving ``version``, flat; None when no target applies (the patch is not in that release's series)."""
         release = self.release_for(version)
-        own = tuple(t for t in self.targets if not t.upstream or SpecifierSet(t.upstream).contains(version, prereleases=True))
-        targets = (*own, *(release.scoped_targets() if release else ()))
+        targets = (*self.targets, *(release.scoped_targets() if release else ()))
         if not targets:
             return None
         depends = tuple(dict.fromkeys((*self.depends, *(release.depends if release else ()))))
@@ -304,6 +303,10 @@ def _load_declaration(module_name: str, extra: bool) -> Patch:
         raise RegistryError(f"{module_name} declares patch {patch.id!r}: its folder must be {package_name(patch.id)}")
     if not extra and patch.position < 1:
         raise RegistryError(f"patch {patch.id}: a patch of the series declares its position (>= 1)")
+    for target in patch.targets:
+        if target.upstream:
+            raise RegistryError(f"patch {patch.id}: target {target.path} sets upstream={target.upstream!r} by hand; "
+                                "code for a range of releases lives in a release folder (RELEASE = Release(...))")
     releases = _releases_of(module)
     folders = {f"{module.__name__}.{r.folder}." for r in releases}
     for target in patch.targets:

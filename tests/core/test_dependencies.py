@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_overlay.core import installed, lockfile
+from sglang_overlay.core import fingerprint, installed, lockfile
 from sglang_overlay.core.introspection import resolve_owner
 from sglang_overlay.core.registry import ANY_UPSTREAM, discover_patches
 
@@ -69,8 +69,18 @@ def _upstream_names(patch) -> dict[str, tuple[str, str]]:
                 continue
             for name in vars(base):
                 if not (name.startswith("__") and name.endswith("__")) and name not in _GENERIC:
-                    names.setdefault(name, (base.__module__, f"{base.__qualname__}.{name}"))
+                    names.setdefault(name, _definition(base, name))
     return names
+
+
+def _definition(cls, name: str) -> tuple[str, str]:
+    """Where ``cls.name`` is written: its own definition, or the class itself when the name is made by code
+    (a property set in a loop, a slot): the whole class is then what the hook relies on."""
+    try:
+        fingerprint.fingerprint_installed(cls.__module__, f"{cls.__qualname__}.{name}")
+    except fingerprint.TargetNotFound:
+        return cls.__module__, cls.__qualname__
+    return cls.__module__, f"{cls.__qualname__}.{name}"
 
 
 def _used(path: Path, names: dict) -> dict[str, set[str]]:

@@ -137,7 +137,6 @@ def patched_client(patched):
 # --------------------------------------------------------------------------- patched: the matrix
 
 
-@pytest.mark.representative
 def test_patch_is_applied_in_the_server(patched):
     applied = patched.stats()["overlay"]["applied"]["openai-abort-status"]
     assert len(applied) == 3
@@ -145,7 +144,6 @@ def test_patch_is_applied_in_the_server(patched):
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("key", KEYS)
-@pytest.mark.representative
 def test_non_stream(patched_client, endpoint, key):
     r = call(patched_client, endpoint, key, after=2, stream=False)
     status, _ = EXPECTED_STATUS[key]
@@ -250,7 +248,6 @@ def bad_request_body(key: str) -> dict:
 @pytest.mark.parametrize("via", ["output", "abort_req"])
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("key", BAD_REQUEST_KEYS)
-@pytest.mark.representative
 def test_400_abort_keeps_upstreams_bad_request_answer(patched_client, key, endpoint, via):
     r = call(patched_client, endpoint, key, after=2 if via == "output" else 0, stream=False, via=via)
     assert (r.status_code, r.json()) == (400, bad_request_body(key))
@@ -395,12 +392,10 @@ def test_upstream_answers_http_200_for_an_abort_before_the_first_chunk(upstream)
     assert [e["code"] for e in errors(payloads)] == [503]
 
 
-@pytest.mark.representative
 def test_upstream_patch_is_off(upstream):
     assert "openai-abort-status" not in upstream.stats()["overlay"]["applied"]
 
 
-@pytest.mark.representative
 def test_a_malformed_switch_refuses_start_up():
     with pytest.raises(RuntimeError, match="during start-up") as info:
         with serve_openai(SCRIPT, env={"SGLANG_OVERLAY_ABORT_HTTP_STATUS": "maybe"}):

@@ -66,6 +66,5 @@ def test_a_normal_finish_releases_once(patched, mode):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("via", VIAS)
 @pytest.mark.parametrize("key", sorted(ABORT_CODES))
-@pytest.mark.representative
 def test_every_abort_releases_the_lora_reference_exactly_once(patched, key, via, mode):
     assert patched[f"{key}/{via}/{mode}"] == {"count": 0, "outcome": expected_outcome(key, mode)}

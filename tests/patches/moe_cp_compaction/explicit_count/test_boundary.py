@@ -43,7 +43,6 @@ CASES = [([5, 2, 3], 2, 1), ([5, 2, 3], 2, 0), ([7, 1, 30, 4], 4, 3), ([13, 6], 
 
 
 @pytest.mark.parametrize("lens,n,r", CASES)
-@pytest.mark.representative
 def test_valid_rows_match_dense_reference_and_dummy_rows_are_zero(env, lens, n, r):
     reset(env)
     local, layout, batch, valid_x = lane_slot_case(env, lens, n, r)
@@ -95,7 +94,6 @@ def _forward(env, path, local, batch):
     ["patched", pytest.param("upstream", marks=pytest.mark.xfail(strict=True, raises=AssertionError,
                                                                   reason="upstream feeds dummy rows to gate/top-k"))],
 )
-@pytest.mark.representative
 def test_gate_and_topk_never_see_a_dummy_row(env, path):
     reset(env)
     local, layout, batch, _ = lane_slot_case(env, [5, 2, 3], 2, 1)
@@ -332,7 +330,6 @@ def test_a_layer_without_hash_routing_ignores_input_ids_global(env):
     assert torch.equal(out, expected)
 
 
-@pytest.mark.representative
 def test_wrong_row_count_fails_loudly_and_leaves_the_batch_alone(env):
     local, layout, batch, _ = lane_slot_case(env, [5, 2, 3], 2, 1)
     before = batch.num_token_non_padded

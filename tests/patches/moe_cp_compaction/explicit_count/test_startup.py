@@ -88,13 +88,11 @@ def upstream_enables_cp_breakable_capture() -> bool:
 # --------------------------------------------------------------------------- refused
 
 
-@pytest.mark.representative
 def test_tensor_parallel_moe_under_cp_is_refused(env):
     with prefill_cp(graphs="disabled"):
         assert refusal(env) == HEAD + TP_MOE + TAIL
 
 
-@pytest.mark.representative
 def test_breakable_cp_prefill_graphs_with_deepep_are_refused(env):
     with prefill_cp(), deepep_backend_selected():
         assert upstream_enables_cp_breakable_capture()  # the runner would capture CP prefill

@@ -88,7 +88,6 @@ PATHS = [
 # --------------------------------------------------------------------------- the boundary
 
 
-@pytest.mark.representative
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", ["interleave", "zigzag"])
 @pytest.mark.parametrize("cp,lens,rank", RANKS)

@@ -40,7 +40,6 @@ def test_upstream_stream_treats_non_enum_codes_as_graceful(upstream, endpoint, k
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("key", sorted(UPSTREAM_NON_STREAM))
-@pytest.mark.representative
 def test_upstream_non_stream(upstream, endpoint, key):
     with httpx.Client(base_url=upstream.base_url, timeout=30) as client:
         if UPSTREAM_NON_STREAM[key] == DROPPED:

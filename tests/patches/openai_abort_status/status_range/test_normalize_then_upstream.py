@@ -91,7 +91,6 @@ CASES = {  # code -> (upstream non-stream, overlay non-stream)
 }
 
 
-@pytest.mark.representative
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_non_stream_upstream_and_overlay(name):
     make, want_upstream, want_overlay = CASES[name]
@@ -103,7 +102,6 @@ def test_non_stream_upstream_and_overlay(name):
     assert kept is not error
 
 
-@pytest.mark.representative
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_stream_reaches_the_handlers_as_an_httpstatus(name):
     """After the hook the streaming handlers' gate ``isinstance(code, HTTPStatus)`` holds for every error."""
