@@ -1,11 +1,14 @@
-"""Small real HiRadixCache trees for planner property tests, and exact oracles over them.
+"""Small real HiRadixCache trees for planner property tests, and exact oracles over any tree.
 
 ``build_tree`` grows a tree on upstream's real HiRadixCache / PageInterleavePoolAllocator
 (``hicache_cpu.build_cpu_hicache``) from a list of chain specs, each attached to the root or
 to a page-prefix of an earlier chain (so interior nodes, splits and single-child chains all
-occur), then touches and locks nodes as the spec says. Nothing here is a stand-in.
+occur), then touches and locks nodes as the spec says. Nothing in it is a stand-in; it imports
+0.5.20's classes only when called. ``plain_tree.build_tree`` grows the same spec on the stand-in.
 
-Oracles (test-only; they read metadata, never the planner):
+Oracles (test-only; they read metadata, never the planner; duck-typed: a ``root_node`` whose
+nodes have ``children``, ``parent``, ``value``, ``lock_ref`` and owner metadata, so they answer
+on the real cache and on the stand-in alike; cost: O(nodes), ``optimum_pages`` exponential):
 
 - ``coverable``: whether any eviction can cover the deficits. Exact in O(nodes): the union of
   every unlocked device node is itself a valid eviction set (an unlocked node's device
@@ -23,7 +26,6 @@ import itertools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
-from tests.support import hicache_cpu as hc
 
 
 def build_tree(n: int, chains: Sequence[Tuple[int, int, int, int]], touches=(), locks=(),
@@ -37,6 +39,8 @@ def build_tree(n: int, chains: Sequence[Tuple[int, int, int, int]], touches=(), 
     bump, as a request hit does), a lock takes ``inc_lock_ref`` on its last node.
     Returns (cache, token lists of the chains, locked nodes).
     """
+    from tests.support import hicache_cpu as hc
+
     cache = hc.build_cpu_hicache(n, 1, pages_per_rank, eviction_policy=policy, layers=1, heads=1, head_dim=1)
     tokens: List[List[int]] = []
     fresh = itertools.count(1)
@@ -72,8 +76,19 @@ def build_tree(n: int, chains: Sequence[Tuple[int, int, int, int]], touches=(), 
     return cache, tokens, locked
 
 
+def all_nodes(cache) -> list:
+    """Every node under ``cache.root_node`` (the root excluded)."""
+    stack, out = [cache.root_node], []
+    while stack:
+        x = stack.pop()
+        if x is not cache.root_node:
+            out.append(x)
+        stack.extend(x.children.values())
+    return out
+
+
 def device_nodes(cache) -> list:
-    return [x for x in hc.all_nodes(cache) if x.value is not None]
+    return [x for x in all_nodes(cache) if x.value is not None]
 
 
 def _evictable_nodes(cache) -> list:
@@ -142,3 +157,42 @@ def is_closed_eviction_order(plan) -> bool:
             if ch.value is not None and position.get(ch, len(plan.leaves)) > i:
                 return False
     return len(position) == len(plan.leaves)
+
+
+def check_against_oracles(cache, plan, deficit: Sequence[int], n: int, work=None) -> Optional[int]:
+    """Every property the planner promises, against the exact oracles; the plan's excess pages over
+    the optimum (None when the deficit is not coverable). ``work``: a ``count_tensor_work`` record
+    of the planning, which must be empty (on the real cache; the stand-in holds no tensor)."""
+    if work is not None:
+        assert work.total == 0 and work.host_syncs == 0
+    can = coverable(cache, deficit, n)
+    assert plan.covered == can, (deficit, plan.remaining)
+    if not can:
+        return None
+    assert is_closed_eviction_order(plan)
+    assert all(x.lock_ref == 0 and x.value is not None for x in plan.leaves)
+    totals = lane_totals(plan.leaves, n)
+    assert totals == plan.pages_per_lane
+    assert all(totals[c] >= deficit[c] for c in range(n))
+    units = plan_units(plan)
+    for unit in units:  # minimal: without its root's own pages some lane falls short
+        own = lane_totals(unit[:1], n)
+        assert any(totals[c] - own[c] < deficit[c] for c in range(n)), "a redundant unit was kept"
+    d = sum(deficit)
+    m = max(pages_of(u, n) for u in units)
+    pages = pages_of(plan.leaves, n)
+    optimum = optimum_pages(cache, deficit, n)
+    assert optimum is not None and optimum >= d
+    assert len(units) <= d  # every unit is needed by some lane
+    assert pages <= d * m
+    assert pages - optimum <= d * (m - 1), (pages, optimum, d, m)
+    return pages - optimum
+
+
+def path_key(node) -> tuple:
+    """A node's whole token path from the root: names the same node on the real cache and the stand-in."""
+    parts = []
+    while node.parent is not None:
+        parts.append(tuple(node.key.token_ids) if hasattr(node.key, "token_ids") else tuple(node.key))
+        node = node.parent
+    return tuple(t for part in reversed(parts) for t in part)

@@ -340,24 +340,6 @@ def test_an_allocation_that_fails_after_the_planned_eviction_refuses_with_one_wa
     assert counters_of(cache).warnings == {"evicted_less_than_planned": 1}
 
 
-def test_the_walk_takes_the_oldest_unlocked_leaf_of_the_short_lane_and_stops_once_covered():
-    """LRU order: a locked lane-0 leaf, a lane-1 leaf, a lane-0 leaf, a newer lane-0 leaf. A deficit of
-    one lane-0 page takes the third: the locked leaf is not evictable (upstream keeps it out of the
-    evictable set the walk reads), the lane-1 leaf is scanned and passed over, and the walk stops as
-    soon as the deficit is covered (the newest is never scanned): exactly 2 leaves scanned."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, plan_owner_lane_eviction
-
-    cache = hc.build_cpu_hicache(4, 4, 8)
-    locked, other, wanted, newest = (leaf_chain(cache, lane) for lane in (0, 1, 0, 0))
-    cache.inc_lock_ref(locked)
-    state = state_of(cache)
-    plan = plan_owner_lane_eviction(cache, [1, 0, 0, 0], [0, 5, 5, 5], state.index, 4)
-    finish_plan(plan)
-    assert plan.covered and plan.leaves == [wanted] and plan.pages_per_lane == [1, 0, 0, 0]
-    assert plan.scanned == 2, plan.scanned
-    cache.dec_lock_ref(locked)
-
-
 def test_rotation_base_of_answers_from_metadata_only_for_a_stamped_node_of_a_page_interleaved_cache():
     """Every other call is upstream's, with its own arguments: the root, an object that is no tree node,
     and any node of a cache that is not page-interleaved."""
@@ -420,48 +402,6 @@ def test_an_unstamped_evicted_node_continues_its_parents_chain_when_loaded_back(
     assert derived.start_page == 2 and derived.num_pages == 3 and derived.first_owner == md.get(prefix).next_owner
     assert derived.rotation_base == stamped.rotation_base == md.get(prefix).rotation_base
     assert_chain_congruent(cache, toks)
-
-
-def test_a_plan_reads_the_same_with_or_without_the_index_and_leaves_the_index_whole():
-    """A refused plan, then the same plan three ways (the index, the index again, a full scan): one answer,
-    and the inputs are kept as given. The refusal and each plan hand every popped leaf back to the index."""
-    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, plan_owner_lane_eviction
-
-    cache = hc.build_cpu_hicache(4, 4, 8)
-    leaves = [leaf_chain(cache, lane) for lane in (1, 0, 2, 0, 3)]  # LRU order
-    state = state_of(cache)
-    free = [0, 0, 5, 5]
-
-    def plan(need, index):
-        p = plan_owner_lane_eviction(cache, need, free, index, 4)
-        finish_plan(p)
-        return p
-
-    refused = plan([9, 0, 0, 0], state.index)
-    assert not refused.covered and refused.need == [9, 0, 0, 0] and refused.free == free
-    assert refused.remaining == [7, 0, 0, 0]  # both lane-0 leaves taken, still short
-    plans = [plan([2, 1, 0, 0], state.index), plan([2, 1, 0, 0], state.index), plan([2, 1, 0, 0], None)]
-    for p in plans:
-        assert p.covered and p.need == [2, 1, 0, 0] and p.free == free
-        assert p.leaves == [leaves[0], leaves[1], leaves[3]] and p.pages_per_lane == [2, 1, 0, 0]
-    assert sorted(map(id, state.index.ordered([]))) == sorted(map(id, leaves))  # every leaf still indexed
-
-
-def test_a_walk_that_raises_hands_the_popped_leaves_back_to_the_index(monkeypatch):
-    from sglang_overlay.patches.cp_hicache_owner_lanes import planner
-
-    cache = hc.build_cpu_hicache(4, 4, 8)
-    leaves = [leaf_chain(cache, lane) for lane in (1, 0, 2)]
-    state = state_of(cache)
-
-    def failing_walk(cache, plan, stream, shard_size):
-        next(stream), next(stream)  # two leaves popped from the index
-        raise RuntimeError("walk failed")
-
-    monkeypatch.setattr(planner, "_walk", failing_walk)
-    with pytest.raises(RuntimeError, match="walk failed"):
-        planner.plan_owner_lane_eviction(cache, [1, 1, 0, 0], [0, 0, 5, 5], state.index, 4)
-    assert [id(x) for x in state.index.ordered([])] == [id(x) for x in leaves]  # whole, in LRU order
 
 
 class SteppingClock:

@@ -1,4 +1,9 @@
-"""The CPU planner on upstream's real HiRadixCache: priority order, few priorities read, zero tensor work."""
+"""The CPU planner on upstream's real HiRadixCache: zero tensor work, the hiradix state's leaf index.
+
+What holds on the real class only: planning reads no tensor, the index the hiradix state installs follows
+upstream's own leaf set, and the load-back hook hands it to the planner. The planner's semantics run on
+every pin on the stand-in tree (``../test_planner.py``), held to this class by ``test_planner_chains.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import random
 import pytest
 
 import sglang_overlay
-from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
 from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
 from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import LeafOrderIndex
 from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, lane_need, plan_owner_lane_eviction
@@ -92,62 +96,6 @@ def test_index_stays_bounded():
     assert len(index) <= 2 * len(cache.evictable_leaves) + index.COMPACT_SLACK
 
 
-def test_planning_through_the_index_reads_few_priorities():
-    """A monotone index walks from its heap: planning a one-page deficit reads a handful of
-    priorities, where a full scan reads every leaf's."""
-    cache, _ = _busy_cache(leaves=200, seed=4)
-    state = state_of(cache)
-    assert state.index.monotone is True  # upstream's default LRU
-    calls = []
-    strategy, index = cache.eviction_strategy, state.index
-    real = strategy.get_priority
-    counted = lambda node: (calls.append(node), real(node))[1]  # noqa: E731
-    strategy.get_priority = index.get_priority = counted  # the walk's reads and the index's
-    need = [0] * state.shard_size
-    need[0] = 1
-    try:
-        plan = plan_owner_lane_eviction(cache, need, [0] * state.shard_size, index, state.shard_size)
-        finish_plan(plan)
-    finally:
-        del strategy.get_priority
-        index.get_priority = real
-    leaves = len(cache.evictable_leaves)
-    assert plan.covered and plan.scanned < leaves // 4 and len(calls) < leaves // 2, (plan.scanned, len(calls), leaves)
-
-
-def test_a_leaf_without_metadata_is_passed_over_not_the_end_of_the_walk():
-    """A leaf the plan needed turns out to carry no owner metadata (never stamped): the walk skips it
-    and covers the deficit with later leaves."""
-    cache, _ = _busy_cache(leaves=60, seed=6)
-    state = state_of(cache)
-    need = [1] * state.shard_size
-    baseline = plan_owner_lane_eviction(cache, need, [0] * state.shard_size, state.index, state.shard_size)
-    finish_plan(baseline)
-    first = next(x for x in baseline.leaves if x in cache.evictable_leaves)
-    md.put(first, None)
-    plan = plan_owner_lane_eviction(cache, need, [0] * state.shard_size, state.index, state.shard_size)
-    finish_plan(plan)
-    assert plan.covered and first not in plan.leaves
-    assert baseline.covered and first in baseline.leaves and plan.scanned >= 2
-
-
-def test_the_root_is_never_walked():
-    """One evictable page, of a lane that is not short: the walk scans it, defers it, and ends; the
-    root above it (whose only child is now deferred) is not promoted into the walk."""
-    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
-
-    cache = hc.build_cpu_hicache(4, 4, 8)
-    state = state_of(cache)
-    toks = list(range(77_000, 77_004))
-    new, base = hc.alloc_chain(cache, 0, len(toks), 1)
-    cache.insert(InsertParams(key=hc.key_of(toks), value=new.clone(), rotation_base=base))
-    hc.settle(cache)
-    assert len(cache.evictable_leaves) == 1
-    plan = plan_owner_lane_eviction(cache, [1, 0, 0, 0], [0, 4, 4, 4], state.index, state.shard_size)
-    finish_plan(plan)
-    assert not plan.covered and plan.remaining == [1, 0, 0, 0] and plan.scanned == 1 and plan.leaves == []
-
-
 def test_a_load_back_plans_through_the_leaf_index():
     """The load-back hook hands its cache's leaf index to the planner: with every lane drained, loading
     the evicted target reads a fraction of the leaves' priorities, where a full scan reads them all."""
@@ -170,28 +118,3 @@ def test_a_load_back_plans_through_the_leaf_index():
     leaves = len(cache.evictable_leaves)
     assert 0 < len(calls) < leaves // 2, (len(calls), leaves)
 
-
-def test_plan_keeps_only_needed_leaves():
-    """Every planned leaf is needed: dropping any one leaves some lane short."""
-    cache, target = _busy_cache(leaves=200, seed=11)
-    state = state_of(cache)
-    nodes = [x for x, _ in hc.path_nodes(cache, target)]
-    n = state.shard_size
-    checked = 0
-    for free_pages in (0, 1, 2):
-        need = lane_need(nodes, n)
-        free = [free_pages] * n
-        plan = plan_owner_lane_eviction(cache, need, free, state.index, n)
-        finish_plan(plan)
-        if not plan.covered:  # this tree cannot cover that much in every lane
-            continue
-        checked += 1
-        counts = [md.get(x).owner_counts() for x in plan.leaves]
-        total = [sum(c[lane] for c in counts) for lane in range(n)]
-        assert total == plan.pages_per_lane
-        assert all(total[lane] >= plan.deficit[lane] for lane in range(n))
-        for c, leaf in zip(counts, plan.leaves):
-            if leaf.parent in plan.leaves:
-                continue
-            assert any(total[lane] - c[lane] < plan.deficit[lane] for lane in range(n))
-    assert checked >= 1
