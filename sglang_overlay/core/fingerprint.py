@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
-import sys
 from pathlib import Path
 
 from sglang_overlay.core.introspection import TargetNotFound, find_definition, sha256_tag
@@ -38,13 +37,14 @@ def fingerprint_source(source: str, qualname: str) -> str:
 def module_source_path(module: str) -> Path:
     """Where ``module``'s source lives, found without executing it or its parents.
 
-    ``find_spec`` of a dotted name imports the parent packages, and ``import sglang``
-    alone costs seconds, so the file is looked up under the top-level package's
-    directories first (a top-level ``find_spec`` imports nothing); ``find_spec`` of the
-    full name is the fallback for layouts that lookup does not cover.
+    ``find_spec`` of a dotted name imports the parent packages (``import sglang`` alone costs seconds, and a
+    package such as ``sglang.srt.layers.moe`` imports half the model stack), so the file is looked up under
+    the top-level package's directories first (a top-level ``find_spec`` imports nothing, or returns the
+    imported module's spec); ``find_spec`` of the full name is the fallback for layouts that lookup does not
+    cover.
     """
     top, _, rest = module.partition(".")
-    if rest and top not in sys.modules:
+    if rest:  # also where sglang is imported already: finding a dependency must not import its package
         found = _file_under_top_level(top, rest.split("."))
         if found is not None:
             return found

@@ -15,6 +15,7 @@ names every container has (``clear``, ``get``, ...: a set's ``clear`` is not the
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sglang_overlay.core import fingerprint, installed, lockfile
-from sglang_overlay.core.introspection import resolve_owner
+from sglang_overlay.core.introspection import TargetNotFound, find_definition, resolve_owner
 from sglang_overlay.core.registry import ANY_UPSTREAM, discover_patches
 
 VERSION = installed.installed_sglang_version() or "0"
@@ -52,6 +53,11 @@ def _imported_upstream_modules(patch) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def _upstream_names_of(patch_id: str) -> dict[str, tuple[str, str]]:
+    return _upstream_names(next(p for p in PATCHES if p.id == patch_id))
+
+
 def _upstream_names(patch) -> dict[str, tuple[str, str]]:
     """Attribute name -> (module, qualname) of its definition, for the classes the patch's hooks touch."""
     classes = []  # the most specific first: a name resolves to the owner class's own (overriding) definition
@@ -73,12 +79,17 @@ def _upstream_names(patch) -> dict[str, tuple[str, str]]:
     return names
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(module: str) -> ast.Module:
+    return ast.parse(fingerprint.module_source_path(module).read_text(encoding="utf-8"))
+
+
 def _definition(cls, name: str) -> tuple[str, str]:
     """Where ``cls.name`` is written: its own definition, or the class itself when the name is made by code
     (a property set in a loop, a slot): the whole class is then what the hook relies on."""
     try:
-        fingerprint.fingerprint_installed(cls.__module__, f"{cls.__qualname__}.{name}")
-    except fingerprint.TargetNotFound:
+        find_definition(_tree(cls.__module__), f"{cls.__qualname__}.{name}")
+    except (TargetNotFound, OSError):
         return cls.__module__, cls.__qualname__
     return cls.__module__, f"{cls.__qualname__}.{name}"
 
@@ -108,7 +119,7 @@ def _used(path: Path, names: dict) -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.id)
 def test_every_upstream_name_a_hook_uses_is_a_target_or_a_declared_dependency(patch):
-    names = _upstream_names(patch)
+    names = _upstream_names_of(patch.id)
     used: dict[str, set[str]] = {}
     for path in _hook_files(patch):
         for qualified, where in _used(path, names).items():
@@ -122,7 +133,7 @@ def test_every_upstream_name_a_hook_uses_is_a_target_or_a_declared_dependency(pa
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.id)
 def test_every_declared_dependency_is_used_and_locked(patch):
     """No dead declaration (it would lock, and refuse start-up over, code no hook touches)."""
-    names = _upstream_names(patch)
+    names = _upstream_names_of(patch.id)
     used = set()
     for path in _hook_files(patch):
         used |= set(_used(path, names))

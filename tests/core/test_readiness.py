@@ -121,3 +121,63 @@ def test_status_takes_only_sglang_server_processes_for_the_servers_top(title, se
     """The demo starts the server as its child: the demo process must not be taken for the server's main
     process (it was, and was reported ABSENT)."""
     assert _is_server_process(title) is server
+
+
+def _drifted_dependency() -> tuple[dict, str, dict]:
+    lock = copy.deepcopy(lockfile.read_lock())
+    path, entry = sorted(lock["dependencies"].items())[0]
+    entry["fingerprint"] = "sha256:" + "0" * 64
+    return lock, path, entry
+
+
+def test_a_changed_dependency_refuses_naming_it_and_the_hook_module_that_needs_it():
+    """A definition a hook calls without hooking it changed: refused at start-up, not inside the scheduler."""
+    lock, path, entry = _drifted_dependency()
+    problems = verify.ready(verify.make_plan(lock), role="scheduler")
+    assert len(problems) == 1, problems
+    assert f"dependency {path}" in problems[0] and entry["needed_by"] in problems[0] and "not hooked" in problems[0]
+    assert "fingerprint drift" in problems[0]
+
+
+def test_a_dependency_gone_from_upstream_is_missing(monkeypatch):
+    from sglang_overlay.core import fingerprint
+
+    lock, path, entry = _drifted_dependency()
+    real = fingerprint.fingerprint_installed
+
+    def without(module, qualname):
+        if f"{module}.{qualname}" == path:
+            raise fingerprint.TargetNotFound(f"{qualname!r}: no definition")
+        return real(module, qualname)
+
+    monkeypatch.setattr(fingerprint, "fingerprint_installed", without)
+    (problem,) = verify.ready(verify.make_plan(lock), role="scheduler")
+    assert f"dependency {path}" in problem and "missing in the installed upstream" in problem
+
+
+def test_check_lists_dependencies_beside_targets():
+    report = cli._check_report(verify.make_plan(), ["sglang-overlay"])
+    locked = lockfile.read_lock()["dependencies"]
+    assert {r["target"] for r in report["dependencies"]} == set(locked)
+    assert {r["fingerprint"] for r in report["dependencies"]} == {"match"}
+
+
+def test_rebase_check_reports_a_changed_dependency(tmp_path):
+    """A wheel whose copy of one dependency's module has that definition changed: the dependency is
+    ``changed``, with the hook module that needs it; targets elsewhere are reported apart."""
+    import zipfile
+
+    from sglang_overlay.core import fingerprint, rebase
+
+    path, entry = sorted(lockfile.read_lock()["dependencies"].items())[0]
+    source = fingerprint.module_source_path(entry["module"]).read_text(encoding="utf-8")
+    node = fingerprint.find_definition(__import__("ast").parse(source), entry["qualname"])
+    lines = source.splitlines(keepends=True)
+    lines.insert(node.end_lineno, " " * node.col_offset + "_sglang_overlay_rebase_probe = None\n"
+                 if not hasattr(node, "body") else " " * node.body[0].col_offset + "_probe = None\n")
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(fingerprint.module_file_in_wheel(entry["module"]), "".join(lines))
+    patches = verify.declared_patches(lockfile.read_pin().version)
+    rows = {r["target"]: r for r in rebase.report(wheel, patches, dependencies=True)}
+    assert rows[path]["status"] == "changed" and rows[path]["needed_by"] == entry["needed_by"]

@@ -89,9 +89,9 @@ def test_no_plugin_module_names_the_runner_or_its_extra_even_lazily():
 def test_the_runner_uses_nothing_of_the_plugin_but_its_version():
     used = {(path.name, m) for path in (REPO / "sglang_overlay_gsm8k").glob("*.py") for m in _imports(path)
             if m.split(".")[0] == "sglang_overlay"}
-    assert used == {("cli.py", "sglang_overlay")}
+    assert used == {("cli.py", "sglang_overlay.version")}
     tree = ast.parse((REPO / "sglang_overlay_gsm8k" / "cli.py").read_text(encoding="utf-8"))
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "sglang_overlay"
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "sglang_overlay.version"
              for a in n.names}
     assert names == {"__version__"}
 

@@ -11,7 +11,6 @@ import time
 import pytest
 
 from sglang_overlay_gsm8k.cli import main
-from sglang_overlay.core.registry import discover_patches
 from tests.conftest import GSM8K_DIR, full_gsm8k_dir
 from tests.gsm8k.full_splits import needs_full_gsm8k
 from tests.support.scripted_server import serve_openai
@@ -154,9 +153,6 @@ def test_chat_mode_run(server, capsys, tmp_path):
 
 def test_streamed_run_with_int_abort_codes(server, capsys, tmp_path):
     """Streamed int-code aborts become error chunks (and so retries) only with the abort-status patch."""
-    if ABORT_PATCH not in {p.id for p in discover_patches()}:
-        pytest.skip(f"the {ABORT_PATCH} patch (issue 5) is not declared yet: upstream 0.5.20 streams an int "
-                    "status-code abort as a graceful finish_reason 'abort' with no error chunk")
     code, last = run_cli(capsys, tmp_path, "--base-url", server.base_url, "--stream", "--num-questions", N,
                          "--parallel", 32)
     summary, records = load_run(tmp_path)
@@ -199,8 +195,6 @@ def test_server_dying_mid_run_finishes_reports_and_exits_2(capsys, tmp_path):
 def test_streamed_int_aborts_without_the_patch_are_reported_not_scored(capsys, tmp_path):
     """Upstream 0.5.20 alone streams an int-code abort as a graceful finish: no error, no text. The runner
     must count those as failed requests ("abort"), never as wrong or invalid answers."""
-    if ABORT_PATCH not in {p.id for p in discover_patches()}:
-        pytest.skip(f"the {ABORT_PATCH} patch (issue 5) is not declared yet")
     with _serve(GSM8K_DIR, SGLANG_OVERLAY_DISABLE=ABORT_PATCH) as unpatched:
         assert ABORT_PATCH not in unpatched.stats()["overlay"]["applied"]
         code, last = run_cli(capsys, tmp_path, "--base-url", unpatched.base_url, "--stream", "--num-questions", N,

@@ -6,7 +6,7 @@ Root (every release): ``planner.py``, ``leaf_index.py``, ``metadata.py``, ``coun
 ``RELEASE`` and targets. Description and exit condition: ``patches/cp-hicache-owner-lanes.md``.
 """
 
-from sglang_overlay.core.registry import Patch
+from sglang_overlay.core.registry import Dependency, Patch
 from sglang_overlay.patches.cp_hicache_owner_lanes.settings import SLOW_PLAN_MS
 
 PATCH = Patch(
@@ -17,4 +17,7 @@ PATCH = Patch(
     role="scheduler",
     targets=(),  # every target belongs to one upstream design: hiradix/ and unified/ declare them
     knobs=(SLOW_PLAN_MS,),
+    depends=(
+        Dependency("sglang.srt.mem_cache.allocator.page_interleave", "PageInterleavePoolAllocator._class_counts", "metadata"),
+    ),
 )
