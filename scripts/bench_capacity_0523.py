@@ -48,9 +48,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_common import add_output_flags, require_sglang, write_outputs  # noqa: E402
-
 import bench_owner_lanes_0523 as trees  # noqa: E402  (sets HF_HUB_OFFLINE; N, PS, SHORT_LANES)
+from bench_common import add_output_flags, require_sglang, write_outputs  # noqa: E402
 
 N, PS, SHORT_LANES = trees.N, trees.PS, trees.SHORT_LANES
 HEADROOM = 4  # build_tree's headroom with no load targets: 2 * 0 + 4
@@ -66,9 +65,9 @@ def refill_shortage(h) -> None:
 def run_side(patch: bool, num_leaves: int, calls: int, seed: int) -> dict:
     from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
 
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as cap
     from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import plan_lanes
     from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
-    from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as cap
     from tests.support.hicache_tensor_count import count_tensor_work
 
     t0 = time.perf_counter()

@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_common import add_output_flags, write_json  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 FULL_QUESTIONS = 1319

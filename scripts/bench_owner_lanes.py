@@ -362,8 +362,8 @@ def bound_violated(plan, n) -> bool:
 
 def bench_size(num_leaves, num_requests, seed):
     from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
-    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, need_of, plan_owner_lane_eviction
     from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
+    from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, need_of, plan_owner_lane_eviction
     from tests.support.hicache_cpu import settle
     from tests.support.hicache_tensor_count import count_tensor_work
 
@@ -477,9 +477,6 @@ def bench_size(num_leaves, num_requests, seed):
 
 
 def replay(use_patch: bool, conversations: int, turns: int, seed: int):
-    import torch
-
-    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
     from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
     from tests.support import hicache_cpu as hc

@@ -116,7 +116,6 @@ def workload(num_leaves: int, num_loads: int, seed: int):
 def build_tree(num_leaves: int, num_loads: int, seed: int):
     """A Harness whose tree holds the workload; returns (harness, [(load node id, its keys)])."""
     import torch
-
     from sglang.srt.mem_cache.base_prefix_cache import InsertParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
@@ -242,7 +241,7 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
     def timed(**kwargs):
         c, t = time.thread_time(), time.perf_counter()
         try:
-            return call(**kwargs)
+            return call(**kwargs)  # noqa: F821 (deleted only after the last call, below)
         finally:
             times.append((time.perf_counter() - t) * 1e3)
             cpu_times.append((time.thread_time() - c) * 1e3)

@@ -57,9 +57,8 @@ def run_once(enabled: bool) -> dict:
 
 def target_modules() -> set[str]:
     sys.path.insert(0, str(REPO))
-    from sglang_overlay.core.registry import discover_patches
-
     from sglang_overlay.core.lockfile import read_pin
+    from sglang_overlay.core.registry import discover_patches
 
     return {m for p in discover_patches(read_pin().version) for m in p.modules}
 

@@ -63,21 +63,25 @@ class Target:
 
 TARGETS = {
     "moe": Target(
-        modules=(f"{PKG}/moe_cp_compaction/layout.py", f"{PKG}/moe_cp_compaction/boundary.py"),
+        modules=tuple(f"{PKG}/moe_cp_compaction/{m}.py" for m in ("layout", "producers", "batch_layout", "rows",
+                                                                 "boundary", "explicit_count/forward")),
         tests=(f"{TESTS}/moe_cp_compaction/test_layout.py", f"{TESTS}/moe_cp_compaction/test_boundary.py",
-               f"{TESTS}/moe_cp_compaction/test_startup.py"),
+               f"{TESTS}/moe_cp_compaction/explicit_count/test_boundary.py",
+               f"{TESTS}/moe_cp_compaction/explicit_count/test_startup.py"),
         deselect="not the_plugin_path_hooks_the_boundary",  # a fresh interpreter per mutant, hooking only
     ),
     "abort": Target(
-        modules=(f"{PKG}/openai_abort_status/hooks.py",),
+        modules=tuple(f"{PKG}/openai_abort_status/{m}.py" for m in ("status", "streaming",
+                                                                   "listed_statuses/finish_reason")),
         tests=(f"{TESTS}/openai_abort_status/test_status_normalize.py",
                f"{TESTS}/openai_abort_status/test_stream_wrapper.py",
-               f"{TESTS}/openai_abort_status/test_abort_finish_reason.py"),
+               f"{TESTS}/openai_abort_status/listed_statuses/test_abort_finish_reason.py"),
         subprocess_tests=(f"{TESTS}/openai_abort_status/test_lora_release.py", "-k", "exactly_once or normal_finish"),
     ),
     "hicache": Target(
         modules=tuple(f"{PKG}/cp_hicache_owner_lanes/{m}.py"
-                      for m in ("planner", "metadata", "state", "load_back", "hooks", "counters")),
+                      for m in ("planner", "leaf_index", "metadata", "counters", "hiradix/state", "hiradix/load_back",
+                                "hiradix/allocation", "hiradix/eviction", "hiradix/stamping")),
         tests=(f"{TESTS}/cp_hicache_owner_lanes/",),
     ),
 }  # fmt: skip

@@ -30,9 +30,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sglang_overlay.version import __version__
 from sglang_overlay.core import installed, lockfile, process_hook, rebase, settings, verify
 from sglang_overlay.errors import OverlayError
+from sglang_overlay.version import __version__
 
 
 def _console(stderr: bool = False) -> Console:

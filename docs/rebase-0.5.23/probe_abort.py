@@ -15,7 +15,6 @@ from http import HTTPStatus
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import fastapi
 import numpy as np
-
 import sglang
 from sglang.srt.entrypoints.openai import serving_chat, serving_completions
 from sglang.srt.managers.tokenizer_manager import TokenizerManager

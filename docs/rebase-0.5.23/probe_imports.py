@@ -1,5 +1,8 @@
 """Import each 0.5.23 patch target module in a fresh interpreter and time it."""
-import subprocess, sys, time
+import subprocess
+import sys
+import time
+
 MODS = ["sglang.srt.plugins",
         "sglang.srt.mem_cache.unified_radix_cache",
         "sglang.srt.managers.tokenizer_manager",

@@ -24,10 +24,9 @@ import tempfile
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from transformers import LlamaConfig
-
 from sglang.srt.runtime_context import publish
 from sglang.srt.server_args import ServerArgs
+from transformers import LlamaConfig
 
 N, PS, PAGES_PER_RANK = 4, 4, 6
 

@@ -2,9 +2,12 @@
 lock is regenerated? Writes a 0.5.23 lock for the two patches whose targets still exist (cp-hicache-owner-lanes
 cannot be locked: its HiRadixCache/RadixCache targets are gone) to /tmp/r13-upstream-0.5.23.lock, then a
 fresh interpreter runs load_plugins() with SGLANG_OVERLAY_LOCK pointing there and the cp patch disabled."""
-import json, os, subprocess, sys
+import os
+import subprocess
+import sys
 from pathlib import Path
-from sglang_overlay.core import lockfile, fingerprint
+
+from sglang_overlay.core import fingerprint, lockfile
 from sglang_overlay.core.registry import discover_patches
 
 LOCK = Path("/tmp/r13-upstream-0.5.23.lock")

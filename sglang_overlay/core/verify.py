@@ -22,10 +22,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from sglang_overlay.version import __version__
 from sglang_overlay.core import fingerprint, installed, lockfile, process_hook, settings
 from sglang_overlay.core.registry import Dependency, Patch, Target, discover_patches
 from sglang_overlay.errors import OverlayError
+from sglang_overlay.version import __version__
 
 HOW_TO_PROCEED = (
     "Re-check the patch against this upstream (sglang-overlay rebase-check), then regenerate "

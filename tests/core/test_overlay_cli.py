@@ -13,8 +13,8 @@ import pytest
 
 from sglang_overlay.core import fingerprint, lockfile
 from tests.conftest import REPO
-from tests.support.proc import run_cli
 from tests.core.test_overlay_plugin import DEMO, DEMO_TARGET, demo_env, demo_lock  # noqa: F401 (fixture)
+from tests.support.proc import run_cli
 
 pytestmark = pytest.mark.ci_slow  # the console script in fresh interpreters: seconds each
 

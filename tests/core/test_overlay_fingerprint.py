@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from sglang_overlay.core import fingerprint, lockfile
-from sglang_overlay.core.verify import target_status
 from sglang_overlay.core.registry import Patch, Target
+from sglang_overlay.core.verify import target_status
 
 SOURCE = '''
 class Cache:

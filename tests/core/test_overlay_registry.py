@@ -14,8 +14,16 @@ import textwrap
 import pytest
 
 from sglang_overlay.core import installed, lockfile
-from sglang_overlay.core.registry import (ANY_UPSTREAM, Knob, Patch, RegistryError, Release, Target,
-                                          discover_patches, package_name)
+from sglang_overlay.core.registry import (
+    ANY_UPSTREAM,
+    Knob,
+    Patch,
+    RegistryError,
+    Release,
+    Target,
+    discover_patches,
+    package_name,
+)
 from tests.conftest import REPO
 
 SHIPPED = discover_patches(ANY_UPSTREAM)

@@ -8,7 +8,6 @@ these tests pin each mechanism down on its own."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys

@@ -169,12 +169,15 @@ def test_rebase_check_reports_a_changed_dependency(tmp_path):
 
     from sglang_overlay.core import fingerprint, rebase
 
-    path, entry = sorted(lockfile.read_lock()["dependencies"].items())[0]
-    source = fingerprint.module_source_path(entry["module"]).read_text(encoding="utf-8")
-    node = fingerprint.find_definition(__import__("ast").parse(source), entry["qualname"])
+    import ast
+
+    for path, entry in sorted(lockfile.read_lock()["dependencies"].items()):  # the first that is a function
+        source = fingerprint.module_source_path(entry["module"]).read_text(encoding="utf-8")
+        node = fingerprint.find_definition(ast.parse(source), entry["qualname"])
+        if isinstance(node, ast.FunctionDef):
+            break
     lines = source.splitlines(keepends=True)
-    lines.insert(node.end_lineno, " " * node.col_offset + "_sglang_overlay_rebase_probe = None\n"
-                 if not hasattr(node, "body") else " " * node.body[0].col_offset + "_probe = None\n")
+    lines.insert(node.end_lineno, " " * node.body[0].col_offset + "_sglang_overlay_rebase_probe = None\n")
     wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr(fingerprint.module_file_in_wheel(entry["module"]), "".join(lines))

@@ -38,8 +38,14 @@ import httpx
 import pytest
 from packaging.version import Version
 
-from tests.e2e.conftest import (OVERLAY_MSGPACK, OVERLAY_MSGPACK_W2, OVERLAY_PICKLE_CLI, OVERLAY_PICKLE_W2,
-                                UPSTREAM_MSGPACK, UPSTREAM_PICKLE)
+from tests.e2e.conftest import (
+    OVERLAY_MSGPACK,
+    OVERLAY_MSGPACK_W2,
+    OVERLAY_PICKLE_CLI,
+    OVERLAY_PICKLE_W2,
+    UPSTREAM_MSGPACK,
+    UPSTREAM_PICKLE,
+)
 from tests.support.real_server.probes import QueueFiller, QueueLost, call, wait_idle
 from tests.support.real_server.server import VENV_BIN
 

@@ -27,8 +27,6 @@ from types import SimpleNamespace
 from typing import Optional
 
 import torch
-
-from sglang.srt.managers import cache_controller as cc_mod
 from sglang.srt.mem_cache import hiradix_cache as hiradix_mod
 from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator

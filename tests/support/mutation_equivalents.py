@@ -6,7 +6,8 @@ mutated function is unchanged); a listed name that no longer exists is simply no
 listed mutant that a test kills counts as killed.
 """
 
-_ABORT = "sglang_overlay.patches.openai_abort_status.hooks"
+_ABORT = "sglang_overlay.patches.openai_abort_status.status"
+_ABORT_LISTED = "sglang_overlay.patches.openai_abort_status.listed_statuses.finish_reason"
 
 _BYTES_DECODE = (
     "bytes need no decoding in _as_int: bytes.strip/isascii/isdigit and int(bytes) give the same "
@@ -24,7 +25,8 @@ _UNUSED_ARGUMENT = (
     "is_stream; the mutant passes None where upstream does not look"
 )
 
-_MOE_BOUNDARY = "sglang_overlay.patches.moe_cp_compaction.boundary"
+_MOE_BOUNDARY = "sglang_overlay.patches.moe_cp_compaction.boundary"  # run_on_valid_rows: renumber on the next run
+_MOE_PRODUCERS = "sglang_overlay.patches.moe_cp_compaction.producers"
 _MOE_LAYOUT = "sglang_overlay.patches.moe_cp_compaction.layout"
 _MOE_DEVICE_TENSORS = f"{_MOE_LAYOUT}.x\u01c1ComputePaddingLayout\u01c1device_tensors"
 _MOE_LAYOUT_INIT = f"{_MOE_LAYOUT}.x\u01c1ComputePaddingLayout\u01c1__init__"
@@ -68,8 +70,8 @@ _NON_BLOCKING_ONLY = (
 )
 
 _HC = "sglang_overlay.patches.cp_hicache_owner_lanes"
-_HC_ALLOC = f"{_HC}.load_back.x_alloc_owner_classed"
-_HC_LOAD_BACK = f"{_HC}.load_back.x_owner_classed_load_back"
+_HC_ALLOC = f"{_HC}.hiradix.allocation.x_alloc_owner_classed"
+_HC_LOAD_BACK = f"{_HC}.hiradix.load_back.x_owner_classed_load_back"
 
 _MEMO_ONLY = (
     "owner_counts_by_size is a memo: without the lookup or the store the counts are recomputed from "
@@ -164,17 +166,17 @@ EQUIVALENT: dict[str, str] = {
     f"{_ABORT}.x__as_int__mutmut_11": _BYTES_DECODE,  # "REPLACE": likewise
     f"{_ABORT}.x_normalize_abort_status__mutmut_3": _HTTPSTATUS_FAST_PATH,  # value > 400
     f"{_ABORT}.x_normalize_abort_status__mutmut_4": _HTTPSTATUS_FAST_PATH,  # value >= 401
-    f"{_ABORT}.x_handle_abort_finish_reason__mutmut_12": _UNUSED_ARGUMENT,  # non-abort: self=None
-    f"{_ABORT}.x_handle_abort_finish_reason__mutmut_14": _UNUSED_ARGUMENT,  # non-abort: state=None
-    f"{_ABORT}.x_handle_abort_finish_reason__mutmut_15": _UNUSED_ARGUMENT,  # non-abort: is_stream=None
-    f"{_ABORT}.x_handle_abort_finish_reason__mutmut_32": _UNUSED_ARGUMENT,  # graceful/400: self=None
-    f"{_ABORT}.x_handle_abort_finish_reason__mutmut_34": _UNUSED_ARGUMENT,  # graceful/400: state=None
+    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_12": _UNUSED_ARGUMENT,  # non-abort: self=None
+    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_14": _UNUSED_ARGUMENT,  # non-abort: state=None
+    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_15": _UNUSED_ARGUMENT,  # non-abort: is_stream=None
+    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_32": _UNUSED_ARGUMENT,  # graceful/400: self=None
+    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_34": _UNUSED_ARGUMENT,  # graceful/400: state=None
     f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_3": _NONE_BATCH_FAST_PATH,  # guard 'or True'
     f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_53": _IS_HASH_ALWAYS_SET,  # default None
     f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_56": _IS_HASH_ALWAYS_SET,  # no default
     f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_59": _IS_HASH_ALWAYS_SET,  # default True
     f"{_MOE_LAYOUT_INIT}__mutmut_27": _ONE_ROW_IS_INCREASING,  # numel() >= 1
-    f"{_MOE_LAYOUT}.x_lane_slot_tokens__mutmut_26": _REPEAT_INTERLEAVE_INDICES,  # repeat_interleave(slots)
+    f"{_MOE_PRODUCERS}.x_lane_slot_tokens__mutmut_26": _REPEAT_INTERLEAVE_INDICES,  # repeat_interleave(slots)
     f"{_MOE_DEVICE_TENSORS}__mutmut_13": _CPU_TO_CPU_COPY,  # device.type != "XXcpuXX"
     f"{_MOE_DEVICE_TENSORS}__mutmut_14": _CPU_TO_CPU_COPY,  # device.type != "CPU"
     f"{_MOE_DEVICE_TENSORS}__mutmut_15": _PINNING_ONLY,  # 'cuda' or CUDA available
@@ -191,7 +193,7 @@ EQUIVALENT: dict[str, str] = {
     **{f"{_HC_ALLOC}__mutmut_{n}": _INT64_DEFAULT for n in (16, 18, 22, 24)},
     **{f"{_HC_ALLOC}__mutmut_{n}": _ROOT_LAST_LOC for n in (28, 30, 32, 33)},
     f"{_HC_LOAD_BACK}__mutmut_64": _NONE_IS_FALSE,
-    f"{_HC}.state.x_node_pages__mutmut_1": _WHOLE_PAGES,
+    f"{_HC}.hiradix.state.x_node_pages__mutmut_1": _WHOLE_PAGES,
     f"{_HC}.planner.x_plan_owner_lane_eviction__mutmut_53": _PRUNE_GUARD,  # covered or several leaves
     f"{_HC}.planner.x_plan_owner_lane_eviction__mutmut_54": _PRUNE_GUARD,  # covered and at least one leaf
     f"{_HC}.planner.x_finish_plan__mutmut_1": _FINISH_GUARD,
@@ -201,20 +203,20 @@ EQUIVALENT: dict[str, str] = {
     **{f"{_HC}.planner.x__walk__mutmut_{n}": _NONE_MEANS_SHARD_SIZE for n in (51, 63)},
     f"{_HC}.planner.x_need_of__mutmut_5": _NONE_MEANS_SHARD_SIZE,
     f"{_HC}.planner.x__prune__mutmut_3": _NONE_MEANS_SHARD_SIZE,
-    **{f"{_HC}.state.x_ensure_meta__mutmut_{n}": _STAMPED_NODE_SHORT_CUT for n in (1, 2)},
-    **{f"{_HC}.state.x_ensure_meta__mutmut_{n}": _ROOT_HAS_NO_META for n in (15, 17)},
-    f"{_HC}.state.x_state_of__mutmut_25": _NOT_INTERLEAVED_MEMO,
-    **{f"{_HC}.planner.x\u01c1LeafOrderIndex\u01c1__init____mutmut_{n}": _OVERWRITTEN_BY_REBUILD for n in (5, 6)},
+    **{f"{_HC}.hiradix.state.x_ensure_meta__mutmut_{n}": _STAMPED_NODE_SHORT_CUT for n in (1, 2)},
+    **{f"{_HC}.hiradix.state.x_ensure_meta__mutmut_{n}": _ROOT_HAS_NO_META for n in (15, 17)},
+    f"{_HC}.hiradix.state.x_state_of__mutmut_25": _NOT_INTERLEAVED_MEMO,
+    **{f"{_HC}.leaf_index.x\u01c1LeafOrderIndex\u01c1__init____mutmut_{n}": _OVERWRITTEN_BY_REBUILD for n in (5, 6)},
     f"{_HC}.planner.x__chain_below__mutmut_6": _CHAIN_BELOW_DEFERRED,
     f"{_HC}.planner.x__walk__mutmut_33": _BREAK_IS_RETURN,
-    **{f"{_HC}.hooks.x__stamp__mutmut_{n}": _STAMP_RESUME_META for n in (28, 29, 30, 31, 32)},
-    f"{_HC}.hooks.x_split_node_hook__mutmut_5": _SPLIT_WITHOUT_STATE,
-    f"{_HC}.hooks.x__stamp__mutmut_9": _STAMP_RESIDENT_ENTRY,
-    f"{_HC}.hooks.x__stamp__mutmut_27": _WHOLE_PAGES,
-    **{f"{_HC}.hooks.x__stamp__mutmut_{n}": _RESTAMP_SAME_VALUES for n in (45, 46, 47, 50, 51, 80)},
-    f"{_HC}.hooks.x_rotation_base_of_hook__mutmut_7": _ROOT_NODE_ALWAYS_SET,
-    f"{_HC}.state.x_state_of__mutmut_19": _ALLOCATOR_ALWAYS_SET,
-    f"{_HC}.state.x\u01c1OwnerLaneState\u01c1__init____mutmut_23": _ALLOCATOR_ALWAYS_SET,
-    f"{_HC}.load_back.x_chain_metas__mutmut_19": _FOR_CHAIN_SAME_BASE,
+    **{f"{_HC}.hiradix.stamping.x__stamp__mutmut_{n}": _STAMP_RESUME_META for n in (28, 29, 30, 31, 32)},
+    f"{_HC}.hiradix.stamping.x_split_node_hook__mutmut_5": _SPLIT_WITHOUT_STATE,
+    f"{_HC}.hiradix.stamping.x__stamp__mutmut_9": _STAMP_RESIDENT_ENTRY,
+    f"{_HC}.hiradix.stamping.x__stamp__mutmut_27": _WHOLE_PAGES,
+    **{f"{_HC}.hiradix.stamping.x__stamp__mutmut_{n}": _RESTAMP_SAME_VALUES for n in (45, 46, 47, 50, 51, 80)},
+    f"{_HC}.hiradix.stamping.x_rotation_base_of_hook__mutmut_7": _ROOT_NODE_ALWAYS_SET,
+    f"{_HC}.hiradix.state.x_state_of__mutmut_19": _ALLOCATOR_ALWAYS_SET,
+    f"{_HC}.hiradix.state.x\u01c1OwnerLaneState\u01c1__init____mutmut_23": _ALLOCATOR_ALWAYS_SET,
+    f"{_HC}.hiradix.allocation.x_chain_metas__mutmut_19": _FOR_CHAIN_SAME_BASE,
     f"{_HC_LOAD_BACK}__mutmut_45": _ROOT_LAST_LOC,
 }

@@ -49,7 +49,6 @@ overlay's ``application.status()`` in the server process.
 from __future__ import annotations
 
 import argparse
-from array import array
 import asyncio
 import contextvars
 import dataclasses
@@ -63,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -253,9 +253,10 @@ class ScriptedTokenizedRequest:
 
 
 class ScriptedScheduler:
-    """Stand-in scheduler: runs the script per request, answers with upstream BatchStrOutput objects."""
+    """Stand-in scheduler (of a ``ScriptedTokenizerManager``): runs the script per request, answers with upstream
+    BatchStrOutput objects."""
 
-    def __init__(self, manager: "ScriptedTokenizerManager", script: Callable):
+    def __init__(self, manager, script: Callable):
         self.manager = manager
         self.script = script
         self.tasks: dict[str, asyncio.Task] = {}
@@ -337,8 +338,12 @@ class ScriptedScheduler:
             raise
 
     async def _run(self, req: ScriptedTokenizedRequest, request_json: dict) -> None:
-        from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_LENGTH, FINISH_MATCHED_STR
-        from sglang.srt.managers.schedule_batch import FINISH_MATCHED_TOKEN
+        from sglang.srt.managers.schedule_batch import (
+            FINISH_ABORT,
+            FINISH_LENGTH,
+            FINISH_MATCHED_STR,
+            FINISH_MATCHED_TOKEN,
+        )
 
         prompt_words = len(req.input_text.split())
         if req.sampling_params.max_new_tokens == 0:  # n > 1 prefix-caching pass
@@ -415,7 +420,6 @@ def _first_stop(text: str, stops: list[str]):
 def _optional_output_fields() -> tuple[str, ...]:
     """BatchStrOutput's required fields the scripted scheduler leaves empty (None)."""
     import msgspec
-
     from sglang.srt.managers.io_struct import BatchStrOutput
 
     given = {
@@ -527,11 +531,11 @@ def _request_json(request) -> dict:
 def build_app(script: Callable, model_name: str):
     """Upstream's FastAPI app with the scripted tokenizer manager installed (in this process)."""
     from fastapi.responses import ORJSONResponse
-
     from sglang.srt.entrypoints import http_server
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
     from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
     from sglang.srt.parser.template_manager import TemplateManager
+
     from tests.support.runtime import publish_cpu_runtime
 
     server_args = publish_cpu_runtime(role="tokenizer", served_model_name=model_name)

@@ -16,8 +16,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import counters as ctr
-from sglang_overlay.patches.cp_hicache_owner_lanes.counters import (WARN_REFUSED, WARN_SLOW_PLAN, OwnerLaneCounters,
-                                                                     counters_of)
+from sglang_overlay.patches.cp_hicache_owner_lanes.counters import (
+    WARN_REFUSED,
+    WARN_SLOW_PLAN,
+    OwnerLaneCounters,
+    counters_of,
+)
 
 EVICTED = "sglang:cp_owner_lane_evicted_pages_total"
 WARNINGS = "sglang:cp_owner_lane_warnings_total"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from http import HTTPStatus
 
 import httpx
 import openai
@@ -21,7 +20,6 @@ import pytest
 
 from tests.support.abort_scripts import BAD_REQUEST_KEYS, EXPECTED_STATUS
 from tests.support.scripted_server import serve_openai
-
 
 SCRIPT = "tests.support.abort_scripts:dispatch"
 KEYS = sorted(EXPECTED_STATUS)

@@ -14,7 +14,6 @@ from typing import List, Optional
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
 
-
 _MISSING = object()
 
 

@@ -8,13 +8,16 @@ Job: build the state once per cache under :data:`..cache_state.STATE_ATTR` when 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import cache_state, settings
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import OwnerLaneCounters
 from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import LeafOrderIndex, NotifyingLeafSet, is_monotone
 from sglang_overlay.patches.cp_hicache_owner_lanes.report import logger
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.upstream import full as _full
+
+if TYPE_CHECKING:  # annotations only: importing this module imports no upstream
+    from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
 
 
 class LaneState:

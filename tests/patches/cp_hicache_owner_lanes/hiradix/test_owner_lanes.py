@@ -345,8 +345,8 @@ def test_rotation_base_of_answers_from_metadata_only_for_a_stamped_node_of_a_pag
     and any node of a cache that is not page-interleaved."""
     from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
 
-    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import stamping as hooks
     from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import load_back as lb
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import stamping as hooks
 
     upstream = BasePrefixCache.rotation_base_of.__wrapped__
     cache = hc.build_cpu_hicache(4, 4, 8)

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import stamping as hooks
 from sglang_overlay.patches.cp_hicache_owner_lanes.cache_state import STATE_ATTR
+from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix import stamping as hooks
 
 HOOKS = [hooks.cache_finished_req_hook, hooks.cache_unfinished_req_hook]
 

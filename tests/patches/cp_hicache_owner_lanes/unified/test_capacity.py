@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as cap
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import plan_lanes
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
-from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as cap
-from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
 from tests.support.hooked import around

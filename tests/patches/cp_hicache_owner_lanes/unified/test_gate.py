@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from sglang_overlay.patches.cp_hicache_owner_lanes.report import logger
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.gate import load_back_transfers_hook
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import evicted_segment, plan_load_back
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
-from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from tests.support.hicache_cpu_0523 import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
 from tests.support.hooked import around
@@ -133,7 +133,8 @@ def test_short_lane_evicts_only_units_holding_it(policy, eviction):
     for lane in (0, 1, 2, 3, 2, 0, 1, 3):
         k, idx = h.chain(lane, 1)
         if lane == 2:
-            victim = k if not lane2 else victim  # the older (LRU) lane-2 leaf
+            if not lane2:
+                victim = k  # the older (LRU) lane-2 leaf
             lane2.append(idx)
     for lane, pages in enumerate(h.alloc.class_free_page_counts()):
         h.hold(lane, pages - (0 if lane == 2 else 1))

@@ -194,6 +194,7 @@ def _record_expert_counts(env, monkeypatch, path, local, batch):
     """Upstream's expert-distribution recorder ('stat' mode, select-experts gatherer)."""
     import sglang.srt.eplb.expert_distribution as dist
     from sglang.srt.runtime_context import get_exec
+
     from tests.support.moe_standins import expert_location_metadata
 
     # stand-ins for the accelerator: where the gatherer allocates, and its cache flush

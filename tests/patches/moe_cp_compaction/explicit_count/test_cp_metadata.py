@@ -7,7 +7,6 @@ from sglang_overlay.patches.moe_cp_compaction.batch_layout import attach_layout,
 from sglang_overlay.patches.moe_cp_compaction.errors import LayoutError
 from sglang_overlay.patches.moe_cp_compaction.producers import cp_padding_layout, lane_slot_layout
 
-
 # ----------------------------------------------------------------- upstream's CP padding
 
 

@@ -13,7 +13,6 @@ from sglang_overlay.patches.moe_cp_compaction.forward_context.startup import ref
 from tests.support.moe_standins import deepep_backend_selected
 from tests.support.moe_standins_0523 import cp_rank_scope
 
-
 HEAD = "patch 'moe-cp-compaction' cannot keep CP dummy rows out of sparse MoE in layer 1: "
 TAIL = ". Change the configuration or disable the patch (SGLANG_OVERLAY_DISABLE=moe-cp-compaction)."
 TP_MOE = (

@@ -17,7 +17,7 @@ Cost: one Python loop over the batch per call (batch <= --max-running-requests).
 
 from __future__ import annotations
 
-import torch
+import torch  # noqa: F401 (upstream's sgl_kernel imports torch first; so does the stand-in)
 
 __version__ = "0.0.0+cpu-standin"
 STANDIN = True
