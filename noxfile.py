@@ -95,6 +95,12 @@ def wheel(session: nox.Session) -> None:
     session.install(f"{built}[test,gsm8k]")
     with session.chdir(dist):  # away from the checkout: the installed copy is the one on sys.path
         session.run("sglang-overlay", "check")
-    session.run("python", *PYTEST, "-m", "e2e and not slow", "--durations=15", *INSTALL_E2E,
-                env={"SGLANG_OVERLAY_TEST_INSTALLED": "1", "PYTHONDONTWRITEBYTECODE": "1"})
-
+    session.run(
+        "python",
+        *PYTEST,
+        "-m",
+        "e2e and not slow",
+        "--durations=15",
+        *INSTALL_E2E,
+        env={"SGLANG_OVERLAY_TEST_INSTALLED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+    )

@@ -45,8 +45,10 @@ class BuildWithProcessHook(build_py):
 
 
 setup(
-    packages=find_packages(include=["sglang_overlay", "sglang_overlay.*", "sglang_overlay_gsm8k",
-                                    "sglang_overlay_gsm8k.*"]) + ["sglang_overlay.data"],
+    packages=find_packages(
+        include=["sglang_overlay", "sglang_overlay.*", "sglang_overlay_gsm8k", "sglang_overlay_gsm8k.*"]
+    )
+    + ["sglang_overlay.data"],
     package_dir={"sglang_overlay.data": "patches"},
     package_data={"sglang_overlay.data": ["*.md", "pins/default", "pins/*/upstream.lock"]},
     cmdclass={"build_py": BuildWithProcessHook},

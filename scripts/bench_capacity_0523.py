@@ -75,8 +75,11 @@ def run_side(patch: bool, num_leaves: int, calls: int, seed: int) -> dict:
     build_s = time.perf_counter() - t0
     original = BaseTokenToKVPoolAllocator.__dict__["evict_to_free_tokens"]
     original = getattr(original, "__wrapped__", original)
-    call = (functools.partial(cap.evict_to_free_tokens_hook, original, h.alloc) if patch
-            else functools.partial(original, h.alloc))
+    call = (
+        functools.partial(cap.evict_to_free_tokens_hook, original, h.alloc)
+        if patch
+        else functools.partial(original, h.alloc)
+    )
     row = {"leaves": len(h.tree.evictable_device_leaves), "build_s": round(build_s, 2)}
     state = state_of(h.cache)
     if patch:
@@ -111,15 +114,25 @@ def run_side(patch: bool, num_leaves: int, calls: int, seed: int) -> dict:
         nodes += g
         refill_shortage(h)
     row.update(
-        calls=calls, admitted=admitted, admission_rate=admitted / calls, deficit_pages=deficit_pages,
+        calls=calls,
+        admitted=admitted,
+        admission_rate=admitted / calls,
+        deficit_pages=deficit_pages,
         short_pages_evicted=short_pages,
         pages_evicted_per_page_needed_short=short_pages / deficit_pages if deficit_pages else 0.0,
-        pages_evicted_nonshort=nonshort_units, pages_evicted_nonshort_lanes=nonshort_lanes, nodes_evicted=nodes,
-        time_ms_median=statistics.median(times), cpu_ms_median=statistics.median(cpu_times),
+        pages_evicted_nonshort=nonshort_units,
+        pages_evicted_nonshort_lanes=nonshort_lanes,
+        nodes_evicted=nodes,
+        time_ms_median=statistics.median(times),
+        cpu_ms_median=statistics.median(cpu_times),
     )
     if patch:
-        row.update(tensor_ops_planning=tensor_ops, host_syncs_planning=syncs,
-                   capacity_plans=state.counters.capacity_plans, capacity_fallbacks=state.counters.capacity_fallbacks)
+        row.update(
+            tensor_ops_planning=tensor_ops,
+            host_syncs_planning=syncs,
+            capacity_plans=state.counters.capacity_plans,
+            capacity_fallbacks=state.counters.capacity_fallbacks,
+        )
     del h, call
     gc.collect()
     return row
@@ -130,13 +143,26 @@ def bench_size(num_leaves: int, calls: int, seed: int) -> dict:
     u = run_side(False, num_leaves, calls, seed)
     assert p["leaves"] == u["leaves"]
     out = {"leaves": p["leaves"], "calls": calls}
-    for key in ("admission_rate", "deficit_pages", "pages_evicted_per_page_needed_short", "pages_evicted_nonshort",
-                "pages_evicted_nonshort_lanes", "nodes_evicted", "time_ms_median", "cpu_ms_median"):
+    for key in (
+        "admission_rate",
+        "deficit_pages",
+        "pages_evicted_per_page_needed_short",
+        "pages_evicted_nonshort",
+        "pages_evicted_nonshort_lanes",
+        "nodes_evicted",
+        "time_ms_median",
+        "cpu_ms_median",
+    ):
         out[f"{key}_patch"], out[f"{key}_upstream"] = p[key], u[key]
-    out.update(speedup_end_to_end=u["time_ms_median"] / p["time_ms_median"],
-               speedup_end_to_end_cpu=u["cpu_ms_median"] / p["cpu_ms_median"],
-               tensor_ops_planning=p["tensor_ops_planning"], host_syncs_planning=p["host_syncs_planning"],
-               index_build_ms_patch=p["index_build_ms"], patch=p, upstream=u)
+    out.update(
+        speedup_end_to_end=u["time_ms_median"] / p["time_ms_median"],
+        speedup_end_to_end_cpu=u["cpu_ms_median"] / p["cpu_ms_median"],
+        tensor_ops_planning=p["tensor_ops_planning"],
+        host_syncs_planning=p["host_syncs_planning"],
+        index_build_ms_patch=p["index_build_ms"],
+        patch=p,
+        upstream=u,
+    )
     return out
 
 
@@ -144,17 +170,37 @@ def print_table(rows, calls):
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"owner-lane capacity eviction on 0.5.23, whole path (N={N}, page {PS}, short lanes "
-                        f"{list(SHORT_LANES)}, {calls} calls per tree; patch | upstream)")
-    for col in ["leaves", "admitted", "short: evicted/needed", "non-short units' pages", "pages of non-short lanes",
-                "nodes evicted", "ms median", "speedup", "thread-CPU ms", "tensor ops planning"]:
+    table = Table(
+        title=f"owner-lane capacity eviction on 0.5.23, whole path (N={N}, page {PS}, short lanes "
+        f"{list(SHORT_LANES)}, {calls} calls per tree; patch | upstream)"
+    )
+    for col in [
+        "leaves",
+        "admitted",
+        "short: evicted/needed",
+        "non-short units' pages",
+        "pages of non-short lanes",
+        "nodes evicted",
+        "ms median",
+        "speedup",
+        "thread-CPU ms",
+        "tensor ops planning",
+    ]:
         table.add_column(col, justify="right")
     for r in rows:
         pair = lambda key, f="{}": f"{f.format(r[key + '_patch'])} | {f.format(r[key + '_upstream'])}"  # noqa: E731
-        table.add_row(f"{r['leaves']:,}", pair("admission_rate", "{:.0%}"),
-                      pair("pages_evicted_per_page_needed_short", "{:.2f}"), pair("pages_evicted_nonshort"),
-                      pair("pages_evicted_nonshort_lanes"), pair("nodes_evicted"), pair("time_ms_median", "{:.3f}"),
-                      f"{r['speedup_end_to_end']:.1f}x", pair("cpu_ms_median", "{:.3f}"), str(r["tensor_ops_planning"]))
+        table.add_row(
+            f"{r['leaves']:,}",
+            pair("admission_rate", "{:.0%}"),
+            pair("pages_evicted_per_page_needed_short", "{:.2f}"),
+            pair("pages_evicted_nonshort"),
+            pair("pages_evicted_nonshort_lanes"),
+            pair("nodes_evicted"),
+            pair("time_ms_median", "{:.3f}"),
+            f"{r['speedup_end_to_end']:.1f}x",
+            pair("cpu_ms_median", "{:.3f}"),
+            str(r["tensor_ops_planning"]),
+        )
     console = Console(width=max(170, Console().width))
     console.print(table)
     return console
@@ -163,8 +209,12 @@ def print_table(rows, calls):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_output_flags(ap, quick="1k and 10k leaves, 8 calls per tree", png=None)
-    ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], metavar="N,N,...",
-                    help="evictable leaves per tree (default 1000,10000,100000; --quick 1000,10000)")
+    ap.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        metavar="N,N,...",
+        help="evictable leaves per tree (default 1000,10000,100000; --quick 1000,10000)",
+    )
     ap.add_argument("--calls", type=int, help="capacity calls per tree (default 16; --quick 8)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
@@ -178,8 +228,15 @@ def main(argv=None):
     console = print_table(rows, calls)
     big = rows[-1]
     console.print(f"whole path, upstream / patch: {big['speedup_end_to_end']:.1f}x at {big['leaves']:,} leaves")
-    result = {"quick": args.quick, "shard_size": N, "page_size": PS, "short_lanes": list(SHORT_LANES),
-              "calls_per_tree": calls, "seed": args.seed, "sizes": {str(r["leaves"]): r for r in rows}}
+    result = {
+        "quick": args.quick,
+        "shard_size": N,
+        "page_size": PS,
+        "short_lanes": list(SHORT_LANES),
+        "calls_per_tree": calls,
+        "seed": args.seed,
+        "sizes": {str(r["leaves"]): r for r in rows},
+    }
     write_outputs(args, result, console.print)
     return result
 

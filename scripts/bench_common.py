@@ -34,8 +34,10 @@ def require_sglang(spec: str, benchmark: str, instead: str) -> None:
     except importlib.metadata.PackageNotFoundError:
         found = None
     if found is None or not SpecifierSet(spec).contains(Version(found), prereleases=True):
-        raise SystemExit(f"{benchmark} drives sglang{spec}'s classes; this environment has "
-                         f"{'sglang ' + found if found else 'no sglang'}. {instead}")
+        raise SystemExit(
+            f"{benchmark} drives sglang{spec}'s classes; this environment has "
+            f"{'sglang ' + found if found else 'no sglang'}. {instead}"
+        )
 
 
 def write_json(path: Path | None, data: dict) -> Path | None:

@@ -65,9 +65,21 @@ def children_cpu() -> float:
 
 def run_mode(base_url: str, server_pid: int, mode: str, args: argparse.Namespace, out_root: Path) -> dict:
     out_dir = out_root / mode
-    cmd = [sys.executable, str(REPO / "scripts" / "gsm8k_eval.py"), "--base-url", base_url,
-           "--data-dir", args.data_dir, "--no-download", "--parallel", str(args.parallel),
-           "--output", str(out_dir), "--no-progress", *MODES[mode]]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "gsm8k_eval.py"),
+        "--base-url",
+        base_url,
+        "--data-dir",
+        args.data_dir,
+        "--no-download",
+        "--parallel",
+        str(args.parallel),
+        "--output",
+        str(out_dir),
+        "--no-progress",
+        *MODES[mode],
+    ]
     if args.num_questions:
         cmd += ["--num-questions", str(args.num_questions)]
     server_cpu0, runner_cpu0, t0 = cpu_seconds(server_pid), children_cpu(), time.perf_counter()
@@ -78,22 +90,34 @@ def run_mode(base_url: str, server_pid: int, mode: str, args: argparse.Namespace
         raise SystemExit(f"{mode}: runner exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     s = json.loads((out_dir / "summary.json").read_text())
     return {
-        "mode": mode, "num_questions": s["num_questions"], "parallel": args.parallel,
-        "accuracy": s["accuracy"], "errors": s["error_count"], "invalid": s["invalid_count"],
-        "wall_s": s["wall_s"], "process_wall_s": round(process_wall, 3),
-        "requests_per_s": s["requests_per_s"], "output_tokens_per_s": s["output_tokens_per_s"],
-        "latency_p50_s": s["latency_p50_s"], "latency_p99_s": s["latency_p99_s"],
-        "runner_cpu_s": round(runner_cpu, 3), "server_cpu_s": round(server_cpu, 3),
+        "mode": mode,
+        "num_questions": s["num_questions"],
+        "parallel": args.parallel,
+        "accuracy": s["accuracy"],
+        "errors": s["error_count"],
+        "invalid": s["invalid_count"],
+        "wall_s": s["wall_s"],
+        "process_wall_s": round(process_wall, 3),
+        "requests_per_s": s["requests_per_s"],
+        "output_tokens_per_s": s["output_tokens_per_s"],
+        "latency_p50_s": s["latency_p50_s"],
+        "latency_p99_s": s["latency_p99_s"],
+        "runner_cpu_s": round(runner_cpu, 3),
+        "server_cpu_s": round(server_cpu, 3),
         "runner_cpu_share": round(runner_cpu / (runner_cpu + server_cpu), 3) if runner_cpu + server_cpu else None,
-        "goal_requests_per_s": GOAL_RPS, "goal_met": s["requests_per_s"] >= GOAL_RPS,
+        "goal_requests_per_s": GOAL_RPS,
+        "goal_met": s["requests_per_s"] >= GOAL_RPS,
         "exact": s["accuracy"] == 1.0 and s["error_count"] == 0,
     }
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_output_flags(ap, quick="the committed 60-question fixture (under a minute); the goal rate is the same",
-                     png="a chart (requests/s per mode against the goal)")
+    add_output_flags(
+        ap,
+        quick="the committed 60-question fixture (under a minute); the goal rate is the same",
+        png="a chart (requests/s per mode against the goal)",
+    )
     ap.add_argument("--modes", help=f"comma list of {', '.join(MODES)} (default: completions)")
     ap.add_argument("--parallel", type=int, default=64)
     ap.add_argument("--num-questions", type=int, help="the first N (default: every question of the data)")
@@ -115,19 +139,29 @@ def data_dir_for(args: argparse.Namespace) -> Path | None:
     return GSM8K_DIR if args.quick else full_gsm8k_dir()
 
 
-COLUMNS = [("mode", "mode", "{}"), ("questions", "num_questions", "{}"), ("wall s", "wall_s", "{:.2f}"),
-           ("req/s", "requests_per_s", "{:.1f}"), ("out tok/s", "output_tokens_per_s", "{:.0f}"),
-           ("p50 s", "latency_p50_s", "{:.3f}"), ("p99 s", "latency_p99_s", "{:.3f}"),
-           ("runner CPU s", "runner_cpu_s", "{:.2f}"), ("server CPU s", "server_cpu_s", "{:.2f}"),
-           ("accuracy", "accuracy", "{:.3f}"), ("goal", "goal_met", "{}")]
+COLUMNS = [
+    ("mode", "mode", "{}"),
+    ("questions", "num_questions", "{}"),
+    ("wall s", "wall_s", "{:.2f}"),
+    ("req/s", "requests_per_s", "{:.1f}"),
+    ("out tok/s", "output_tokens_per_s", "{:.0f}"),
+    ("p50 s", "latency_p50_s", "{:.3f}"),
+    ("p99 s", "latency_p99_s", "{:.3f}"),
+    ("runner CPU s", "runner_cpu_s", "{:.2f}"),
+    ("server CPU s", "server_cpu_s", "{:.2f}"),
+    ("accuracy", "accuracy", "{:.3f}"),
+    ("goal", "goal_met", "{}"),
+]
 
 
 def print_table(rows: list[dict], parallel: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"GSM8K runner vs the scripted upstream server (parallel {parallel}, "
-                        f"goal >= {GOAL_RPS:.1f} req/s: {FULL_QUESTIONS} questions in {GOAL_S:g} s)")
+    table = Table(
+        title=f"GSM8K runner vs the scripted upstream server (parallel {parallel}, "
+        f"goal >= {GOAL_RPS:.1f} req/s: {FULL_QUESTIONS} questions in {GOAL_S:g} s)"
+    )
     for label, _, _ in COLUMNS:
         table.add_column(label, justify="left" if label == "mode" else "right")
     for r in rows:
@@ -149,8 +183,13 @@ def write_png(path: Path, rows: list[dict]) -> None:
     rate.set_title(f"{rows[0]['num_questions']} questions, parallel {rows[0]['parallel']}")
     rate.legend()
     cpu.bar(modes, [r["server_cpu_s"] for r in rows], label="server", color="tab:gray")
-    cpu.bar(modes, [r["runner_cpu_s"] for r in rows], bottom=[r["server_cpu_s"] for r in rows],
-            label="runner", color="tab:orange")
+    cpu.bar(
+        modes,
+        [r["runner_cpu_s"] for r in rows],
+        bottom=[r["server_cpu_s"] for r in rows],
+        label="runner",
+        color="tab:orange",
+    )
     cpu.set_ylabel("CPU seconds")
     cpu.set_title("where the CPU went")
     cpu.legend()
@@ -164,8 +203,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     data_dir = data_dir_for(args)
     if data_dir is None:
-        print("bench_gsm8k_runner: the full run needs the full GSM8K splits (../shared/data/gsm8k or "
-              "~/.cache/sglang-overlay/gsm8k); pass --data-dir DIR, or --quick for the committed fixture")
+        print(
+            "bench_gsm8k_runner: the full run needs the full GSM8K splits (../shared/data/gsm8k or "
+            "~/.cache/sglang-overlay/gsm8k); pass --data-dir DIR, or --quick for the committed fixture"
+        )
         return 2
     args.data_dir = str(data_dir)
 
@@ -177,8 +218,14 @@ def main(argv=None) -> int:
         with serve_openai("tests.support.gsm8k_script:answer", env=env, startup_timeout_s=180) as server:
             rows = [run_mode(server.base_url, server.process.pid, mode, args, out_root) for mode in args.modes]
     print_table(rows, args.parallel)
-    result = {"benchmark": "gsm8k_runner", "quick": args.quick, "data_dir": args.data_dir,
-              "machine_cpus": os.cpu_count(), "goal_requests_per_s": GOAL_RPS, "runs": rows}
+    result = {
+        "benchmark": "gsm8k_runner",
+        "quick": args.quick,
+        "data_dir": args.data_dir,
+        "machine_cpus": os.cpu_count(),
+        "goal_requests_per_s": GOAL_RPS,
+        "runs": rows,
+    }
     written = []
     if write_json(args.json, result):
         written.append(args.json)

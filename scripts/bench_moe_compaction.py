@@ -96,8 +96,11 @@ QUICK = dict(rows=256, repeats=3, identity_repeats=200)
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_output_flags(parser, quick="smaller defaults (256 rows, 3 repeats): seconds",
-                     png="a chart of upstream's padded layer against the patched one")
+    add_output_flags(
+        parser,
+        quick="smaller defaults (256 rows, 3 repeats): seconds",
+        png="a chart of upstream's padded layer against the patched one",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
     parser.add_argument("--rows", type=int, default=None, help="CP-local rows of one rank (default 1024; --quick 256)")
     parser.add_argument("--hidden", type=int, default=1024, help="hidden size (DeepSeek-V3: 7168)")
@@ -106,8 +109,11 @@ def parse_args(argv=None):
     parser.add_argument("--inter", type=int, default=64, help="expert intermediate size (DeepSeek-V3: 2048)")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats (default 7; --quick 3)")
-    parser.add_argument("--boundary-only", action="store_true",
-                        help="only the boundary's own ops (layout index, gather, zero-filled scatter): no sglang needed")
+    parser.add_argument(
+        "--boundary-only",
+        action="store_true",
+        help="only the boundary's own ops (layout index, gather, zero-filled scatter): no sglang needed",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (steadier on a shared machine)")
     args = parser.parse_args(argv)
@@ -188,19 +194,32 @@ def run_boundary_only(args, device, dtype) -> dict:
             valid = valid_rows_of(args.rows, fraction, g)
             layout = lambda: ComputePaddingLayout(args.rows, valid.clone(), "bench")  # noqa: E731 (a new forward)
             row = dict(dummy_fraction=fraction, rows=args.rows, valid_rows=int(valid.numel()))
-            row.update(timed({
-                "forward_61_layers_s": (lambda lay: boundary_steps(x, lay, 61), layout),
-                "one_layer_s": (lambda lay: boundary_steps(x, lay, 1), layout),
-            }, device, args.repeats))
+            row.update(
+                timed(
+                    {
+                        "forward_61_layers_s": (lambda lay: boundary_steps(x, lay, 61), layout),
+                        "one_layer_s": (lambda lay: boundary_steps(x, lay, 1), layout),
+                    },
+                    device,
+                    args.repeats,
+                )
+            )
             results.append(row)
         sync_check = "not run (no CUDA device)"
         if device.type == "cuda":
-            sync_free_steps([ComputePaddingLayout(args.rows, torch.arange(0, args.rows, 2), "bench") for _ in range(3)], x)
+            sync_free_steps(
+                [ComputePaddingLayout(args.rows, torch.arange(0, args.rows, 2), "bench") for _ in range(3)], x
+            )
             sync_check = "passed: the boundary's steps ran under set_sync_debug_mode('error')"
-    lines = [f"moe-cp-compaction boundary only on {device} ({args.dtype}, hidden {args.hidden}, {args.rows} rows)",
-             f"{'dummy':>6} {'valid':>6} {'1 layer ms':>11} {'61 layers ms':>13}"]
-    lines += [f"{r['dummy_fraction']:>6.0%} {r['valid_rows']:>6} {r['one_layer_s'] * 1e3:>11.3f} "
-              f"{r['forward_61_layers_s'] * 1e3:>13.3f}" for r in results]
+    lines = [
+        f"moe-cp-compaction boundary only on {device} ({args.dtype}, hidden {args.hidden}, {args.rows} rows)",
+        f"{'dummy':>6} {'valid':>6} {'1 layer ms':>11} {'61 layers ms':>13}",
+    ]
+    lines += [
+        f"{r['dummy_fraction']:>6.0%} {r['valid_rows']:>6} {r['one_layer_s'] * 1e3:>11.3f} "
+        f"{r['forward_61_layers_s'] * 1e3:>13.3f}"
+        for r in results
+    ]
     print("\n".join(lines + [f"host-sync check: {sync_check}"]))
     return dict(mode="boundary-only", rows=results, sync_check=sync_check, passed=True)
 
@@ -213,14 +232,17 @@ def _layer_of_installed_pin(args, device, dtype):
     from tests.support.moe_standins import MoeShape
 
     sglang_overlay.apply()
-    shape = MoeShape(hidden=args.hidden, experts=args.experts, top_k=args.top_k, n_group=8, topk_group=4,
-                     inter=args.inter)
+    shape = MoeShape(
+        hidden=args.hidden, experts=args.experts, top_k=args.top_k, n_group=8, topk_group=4, inter=args.inter
+    )
     from packaging.version import Version
 
     if Version(installed.installed_sglang_version()) >= Version("0.5.23"):
         if device.type != "cpu":
-            raise SystemExit("bench_moe_compaction.py: the whole layer on sglang 0.5.23 runs on the CPU here "
-                             "(its stand-ins publish a CPU world); --boundary-only measures the boundary on CUDA")
+            raise SystemExit(
+                "bench_moe_compaction.py: the whole layer on sglang 0.5.23 runs on the CPU here "
+                "(its stand-ins publish a CPU world); --boundary-only measures the boundary on CUDA"
+            )
         from tests.support.moe_standins_0523 import build_moe, upstream_forward_deepep
 
         moe, _ = build_moe(shape, dtype=dtype, record=False)
@@ -244,8 +266,11 @@ def _boundary_hook_of_installed_release():
 
 
 def run_full(args, device, dtype) -> dict:
-    require_sglang(">=0.5.20", "bench_moe_compaction.py (the whole DeepseekV2MoE layer)",
-                   "--boundary-only measures the boundary alone, without sglang.")
+    require_sglang(
+        ">=0.5.20",
+        "bench_moe_compaction.py (the whole DeepseekV2MoE layer)",
+        "--boundary-only measures the boundary alone, without sglang.",
+    )
     from rich.console import Console
     from rich.table import Table
 
@@ -275,20 +300,30 @@ def run_full(args, device, dtype) -> dict:
 
             compact_x = x[valid.to(device)]
             row = dict(dummy_fraction=fraction, rows=args.rows, valid_rows=n_valid)
-            row.update(timed({
-                "moe_padded_s": (lambda fb: upstream(moe, x, fb), lambda: batch(args.rows)),
-                "moe_compact_s": (lambda fb: upstream(moe, compact_x, fb), lambda: batch(n_valid)),
-                "compaction_s": (lambda fb: hook(nothing, moe, x, fb), fresh),
-                "patched_s": (lambda fb: moe.forward_deepep(x, fb), fresh),
-            }, device, args.repeats))
+            row.update(
+                timed(
+                    {
+                        "moe_padded_s": (lambda fb: upstream(moe, x, fb), lambda: batch(args.rows)),
+                        "moe_compact_s": (lambda fb: upstream(moe, compact_x, fb), lambda: batch(n_valid)),
+                        "compaction_s": (lambda fb: hook(nothing, moe, x, fb), fresh),
+                        "patched_s": (lambda fb: moe.forward_deepep(x, fb), fresh),
+                    },
+                    device,
+                    args.repeats,
+                )
+            )
             row["net_speedup"] = row["moe_padded_s"] / row["patched_s"]
             row["compaction_fraction"] = row["compaction_s"] / row["patched_s"]
             results.append(row)
         ident = batch(args.rows, ComputePaddingLayout.identity(args.rows))
-        ident_s = timed({
-            "hook": (lambda fb: hook(nothing, moe, x, fb), lambda: ident),
-            "body": (lambda fb: nothing(moe, x, fb), lambda: ident),
-        }, device, args.identity_repeats)
+        ident_s = timed(
+            {
+                "hook": (lambda fb: hook(nothing, moe, x, fb), lambda: ident),
+                "body": (lambda fb: nothing(moe, x, fb), lambda: ident),
+            },
+            device,
+            args.identity_repeats,
+        )
         identity_overhead_s = max(ident_s["hook"] - ident_s["body"], 0.0)
         if device.type == "cuda":
             half = torch.arange(0, args.rows, 2)
@@ -304,16 +339,33 @@ def run_full(args, device, dtype) -> dict:
             torch.cuda.synchronize(device)
             sync_check = "passed: the boundary ran under set_sync_debug_mode('error')"
 
-    title = (f"moe-cp-compaction on {device} ({args.dtype}, hidden {args.hidden}, top-{args.top_k} of "
-             f"{args.experts} experts, inter {args.inter}, {args.rows} rows)")
+    title = (
+        f"moe-cp-compaction on {device} ({args.dtype}, hidden {args.hidden}, top-{args.top_k} of "
+        f"{args.experts} experts, inter {args.inter}, {args.rows} rows)"
+    )
     table = Table(title=title)
-    for col in ("dummy", "valid rows", "compaction ms", "MoE padded ms", "MoE compact ms", "patched ms",
-                "net speedup", "compaction / layer"):
+    for col in (
+        "dummy",
+        "valid rows",
+        "compaction ms",
+        "MoE padded ms",
+        "MoE compact ms",
+        "patched ms",
+        "net speedup",
+        "compaction / layer",
+    ):
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(f"{r['dummy_fraction']:.0%}", str(r["valid_rows"]), f"{r['compaction_s'] * 1e3:.3f}",
-                      f"{r['moe_padded_s'] * 1e3:.2f}", f"{r['moe_compact_s'] * 1e3:.2f}",
-                      f"{r['patched_s'] * 1e3:.2f}", f"{r['net_speedup']:.2f}x", f"{r['compaction_fraction']:.2%}")
+        table.add_row(
+            f"{r['dummy_fraction']:.0%}",
+            str(r["valid_rows"]),
+            f"{r['compaction_s'] * 1e3:.3f}",
+            f"{r['moe_padded_s'] * 1e3:.2f}",
+            f"{r['moe_compact_s'] * 1e3:.2f}",
+            f"{r['patched_s'] * 1e3:.2f}",
+            f"{r['net_speedup']:.2f}x",
+            f"{r['compaction_fraction']:.2%}",
+        )
     console = Console()
     console.print(table)
     goals = {
@@ -321,9 +373,11 @@ def run_full(args, device, dtype) -> dict:
         "identity_overhead_vs_layer": identity_overhead_s / results[0]["moe_padded_s"],
         "compact_faster_at_25_and_50": all(r["net_speedup"] > 1 for r in results if r["dummy_fraction"] >= 0.25),
     }
-    console.print(f"identity fast path adds {goals['identity_overhead_us']:.1f} us per MoE layer "
-                  f"({goals['identity_overhead_vs_layer']:.4%} of the layer); compact path faster at >= 25% dummy: "
-                  f"{goals['compact_faster_at_25_and_50']}; host-sync check: {sync_check}")
+    console.print(
+        f"identity fast path adds {goals['identity_overhead_us']:.1f} us per MoE layer "
+        f"({goals['identity_overhead_vs_layer']:.4%} of the layer); compact path faster at >= 25% dummy: "
+        f"{goals['compact_faster_at_25_and_50']}; host-sync check: {sync_check}"
+    )
     if args.png:
         write_png(results, title, args.png)
         print(f"wrote {args.png}")

@@ -94,7 +94,14 @@ class Tree:
         used = sum(prompt_pages) + sum(p for _, p in leaf_specs)
         per_rank = -(-used // N) * 21 // 20 + 8
         self.cache = cache = hc.build_cpu_hicache(
-            N, PS, per_rank, write_policy=policy, host_ratio=3.0, layers=1, heads=1, head_dim=1,
+            N,
+            PS,
+            per_rank,
+            write_policy=policy,
+            host_ratio=3.0,
+            layers=1,
+            heads=1,
+            head_dim=1,
             device=DEVICE,
         )
         alloc = cache.token_to_kv_pool_allocator
@@ -129,8 +136,13 @@ class Tree:
             seq = torch.tensor([len(pt) + len(lt) for (pt, _, _), lt in seqs], dtype=torch.int64)
             bases = [b for (_, _, b), _ in seqs]
             out = alloc.alloc_extend(
-                pre, pre, seq, seq, torch.zeros(len(seqs), dtype=torch.int64),
-                int((seq - pre).sum()), rotation_bases=bases,
+                pre,
+                pre,
+                seq,
+                seq,
+                torch.zeros(len(seqs), dtype=torch.int64),
+                int((seq - pre).sum()),
+                rotation_bases=bases,
             )
             if out is None:  # a lane ran dry: place this batch one by one, skip what cannot fit
                 for (pt, pidx, base), lt in seqs:
@@ -448,25 +460,32 @@ def bench_size(num_leaves, num_requests, seed):
         if deficit:
             c_amp.append(evicted_pages / sum(need))
     row.update(
-        end_to_end_ms_median=statistics.median(e2e_ms), end_to_end_ms_p99=pct(e2e_ms, 99),
-        upstream_end_to_end_ms_median=statistics.median(c_e2e_ms), upstream_end_to_end_ms_p99=pct(c_e2e_ms, 99),
-        plan_ms_median=statistics.median(a_ms), plan_ms_p99=pct(a_ms, 99),
-        tensor_plan_ms_median=statistics.median(b_ms), tensor_plan_ms_p99=pct(b_ms, 99),
+        end_to_end_ms_median=statistics.median(e2e_ms),
+        end_to_end_ms_p99=pct(e2e_ms, 99),
+        upstream_end_to_end_ms_median=statistics.median(c_e2e_ms),
+        upstream_end_to_end_ms_p99=pct(c_e2e_ms, 99),
+        plan_ms_median=statistics.median(a_ms),
+        plan_ms_p99=pct(a_ms, 99),
+        tensor_plan_ms_median=statistics.median(b_ms),
+        tensor_plan_ms_p99=pct(b_ms, 99),
         same_walk_tensor_ms_median=statistics.median(bw_ms),
         upstream_evict_ms_median=statistics.median(c_ms) if c_ms else float("nan"),
         upstream_evict_ms_p99=pct(c_ms, 99),
-        leaves_scanned_median=statistics.median(scanned), leaves_scanned_max=max(scanned),
+        leaves_scanned_median=statistics.median(scanned),
+        leaves_scanned_max=max(scanned),
         tensor_plan_leaves_scanned_median=statistics.median(b_scanned),
         amplification_max=max(amp) if amp else 0.0,
         amplification_median=statistics.median(amp) if amp else 0.0,
         deficit_amplification_max=max(damp) if damp else 0.0,
         redundant_leaves_max=max(redundant) if redundant else 0,
         plan_bound_violations=violations,
-        success_rate=ok / num_requests, coverable=coverable,
+        success_rate=ok / num_requests,
+        coverable=coverable,
         success_on_coverable=ok_coverable / coverable if coverable else 1.0,
         upstream_success_rate=c_ok / num_requests,
         upstream_amplification_median=statistics.median(c_amp) if c_amp else 0.0,
-        tensor_ops_during_planning=tensor_ops, host_syncs_during_planning=syncs,
+        tensor_ops_during_planning=tensor_ops,
+        host_syncs_during_planning=syncs,
         host_syncs_end_to_end_per_load=e2e_syncs / COUNTED,
         upstream_host_syncs_end_to_end_per_load=c_syncs / COUNTED,
     )
@@ -483,8 +502,9 @@ def replay(use_patch: bool, conversations: int, turns: int, seed: int):
 
     rng = random.Random(seed)
     prompts = [[900_000_000 + p * 100_000 + i for i in range(rng.randint(16, 24) * PS)] for p in range(4)]
-    cache = hc.build_cpu_hicache(N, PS, 24, write_policy="write_through", host_ratio=8.0,
-                                 layers=1, heads=1, head_dim=1, device=DEVICE)
+    cache = hc.build_cpu_hicache(
+        N, PS, 24, write_policy="write_through", host_ratio=8.0, layers=1, heads=1, head_dim=1, device=DEVICE
+    )
     histories = [list(prompts[c % len(prompts)]) for c in range(conversations)]
     tok = itertools.count(1)
     attempts = loaded = refused = reprefilled = oom = 0
@@ -531,8 +551,12 @@ def replay(use_patch: bool, conversations: int, turns: int, seed: int):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_output_flags(ap, quick="small request counts (about a minute)", png="the plot")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                    help="where the device KV pool and the index tensors live (cuda: host syncs are real)")
+    ap.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the device KV pool and the index tensors live (cuda: host syncs are real)",
+    )
     ap.add_argument("--seed", type=int, default=1)
     return ap.parse_args(argv)
 
@@ -553,19 +577,37 @@ def print_tables(rows, replay_rows, requests, conv, turns):
     from rich.table import Table
 
     table = Table(title=f"owner-lane load-back, N={N}, page {PS}, {DEVICE} ({requests} load-backs per tree)")
-    for col in ["leaves", "whole path ms patch", "whole path ms upstream", "plan med/p99 ms",
-                "(b) fork tensor ms", "(b') same-walk tensor ms", "(c) upstream evict ms", "scanned med/max",
-                "amp max", "extra leaves", "success", "upstream success", "tensor ops"]:
+    for col in [
+        "leaves",
+        "whole path ms patch",
+        "whole path ms upstream",
+        "plan med/p99 ms",
+        "(b) fork tensor ms",
+        "(b') same-walk tensor ms",
+        "(c) upstream evict ms",
+        "scanned med/max",
+        "amp max",
+        "extra leaves",
+        "success",
+        "upstream success",
+        "tensor ops",
+    ]:
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
-            f"{r['leaves']:,}", f"{r['end_to_end_ms_median']:.3f}", f"{r['upstream_end_to_end_ms_median']:.2f}",
+            f"{r['leaves']:,}",
+            f"{r['end_to_end_ms_median']:.3f}",
+            f"{r['upstream_end_to_end_ms_median']:.2f}",
             f"{r['plan_ms_median']:.3f}/{r['plan_ms_p99']:.3f}",
-            f"{r['tensor_plan_ms_median']:.2f}", f"{r['same_walk_tensor_ms_median']:.3f}",
+            f"{r['tensor_plan_ms_median']:.2f}",
+            f"{r['same_walk_tensor_ms_median']:.3f}",
             f"{r['upstream_evict_ms_median']:.2f}",
             f"{r['leaves_scanned_median']:.0f}/{r['leaves_scanned_max']}",
-            f"{r['amplification_max']:.2f}", str(r["redundant_leaves_max"]), f"{r['success_rate']:.0%}",
-            f"{r['upstream_success_rate']:.0%}", str(r["tensor_ops_during_planning"]),
+            f"{r['amplification_max']:.2f}",
+            str(r["redundant_leaves_max"]),
+            f"{r['success_rate']:.0%}",
+            f"{r['upstream_success_rate']:.0%}",
+            str(r["tensor_ops_during_planning"]),
         )
     console = Console(width=max(160, Console().width))
     console.print(table)
@@ -573,8 +615,13 @@ def print_tables(rows, replay_rows, requests, conv, turns):
     for col in ["path", "load-backs", "success", "tokens re-prefilled", "planning p99 ms"]:
         rt.add_column(col, justify="right")
     for name, r in replay_rows.items():
-        rt.add_row(name, str(r["load_back_attempts"]), f"{r['load_back_success_rate']:.0%}",
-                   str(r["tokens_reprefilled_after_refusal"]), f"{r['planning_p99_ms']:.3f}")
+        rt.add_row(
+            name,
+            str(r["load_back_attempts"]),
+            f"{r['load_back_success_rate']:.0%}",
+            str(r["tokens_reprefilled_after_refusal"]),
+            f"{r['planning_p99_ms']:.3f}",
+        )
     console.print(rt)
     return console
 
@@ -645,8 +692,11 @@ def main(argv=None):
     global DEVICE
     args = parse_args(argv)
     check_device(args.device)
-    require_sglang("<0.5.23", "bench_owner_lanes.py (HiRadixCache.load_back)",
-                   "On 0.5.23 run scripts/bench_owner_lanes_0523.py (UnifiedRadixCache._load_back_transfers).")
+    require_sglang(
+        "<0.5.23",
+        "bench_owner_lanes.py (HiRadixCache.load_back)",
+        "On 0.5.23 run scripts/bench_owner_lanes_0523.py (UnifiedRadixCache._load_back_transfers).",
+    )
     DEVICE = args.device
 
     import logging

@@ -141,8 +141,7 @@ def build_tree(num_leaves: int, num_loads: int, seed: int):
         assert idx is not None, "pool sized from the workload's lane use"
         keys = prefix + h.fresh_keys(pages)
         value = idx if parent is None else torch.cat([prefix_idx, idx])
-        h.cache.insert(InsertParams(key=RadixKey(keys), value=value, rotation_base=base,
-                                    prev_prefix_len=len(prefix)))
+        h.cache.insert(InsertParams(key=RadixKey(keys), value=value, rotation_base=base, prev_prefix_len=len(prefix)))
         made.append((keys, idx if parent is None else None))
         if i % BATCH == BATCH - 1:
             h.settle()
@@ -234,8 +233,7 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
     cache = h.cache
     original = UnifiedRadixCache.__dict__["_load_back_transfers"]
     original = getattr(original, "__wrapped__", original)
-    call = (functools.partial(load_back_transfers_hook, original, cache) if patch
-            else functools.partial(original, cache))
+    call = functools.partial(load_back_transfers_hook, original, cache) if patch else functools.partial(original, cache)
     times, cpu_times = [], []
 
     def timed(**kwargs):
@@ -287,7 +285,9 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
             no_deficit_evicted += s + nl
     assert len(times) == len(loads), (len(times), len(loads))
     row.update(
-        loads=len(loads), loaded=ok, coverable=cov,
+        loads=len(loads),
+        loaded=ok,
+        coverable=cov,
         success_rate=ok_cov / cov if cov else 1.0,
         deficit_pages=deficit_pages,
         short_pages_evicted=short_pages,
@@ -298,8 +298,10 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
         evicted_tokens_reported=h.evicted_tokens,
         loads_without_deficit=no_deficit_loads,
         pages_evicted_on_loads_without_deficit=no_deficit_evicted,
-        time_ms_median=statistics.median(times), time_ms_mean=statistics.fmean(times),
-        time_ms_max=max(times), cpu_ms_median=statistics.median(cpu_times),
+        time_ms_median=statistics.median(times),
+        time_ms_mean=statistics.fmean(times),
+        time_ms_max=max(times),
+        cpu_ms_median=statistics.median(cpu_times),
     )
     if patch:
         row.update(tensor_ops_planning=tensor_ops, host_syncs_planning=syncs)
@@ -356,11 +358,22 @@ def print_table(rows, loads):
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"owner-lane load-back on 0.5.23, whole path (N={N}, page {PS}, short lanes "
-                        f"{list(SHORT_LANES)}, {loads} load-backs per tree; patch | upstream)")
-    for col in ["leaves", "success on coverable", "short: evicted/needed", "non-short pages evicted",
-                "pages of non-short lanes (all)", "ms median", "speedup", "thread-CPU ms median", "index build ms",
-                "tensor ops planning"]:
+    table = Table(
+        title=f"owner-lane load-back on 0.5.23, whole path (N={N}, page {PS}, short lanes "
+        f"{list(SHORT_LANES)}, {loads} load-backs per tree; patch | upstream)"
+    )
+    for col in [
+        "leaves",
+        "success on coverable",
+        "short: evicted/needed",
+        "non-short pages evicted",
+        "pages of non-short lanes (all)",
+        "ms median",
+        "speedup",
+        "thread-CPU ms median",
+        "index build ms",
+        "tensor ops planning",
+    ]:
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
@@ -404,12 +417,22 @@ def write_png(rows, path):
         other = [r[f"pages_evicted_nonshort_{side}"] for r in rows]
         xs_side = [i + shift for i in pos]
         b.bar(xs_side, short, w, color=color, label=f"{side}: pages of short lanes")
-        b.bar(xs_side, other, w, bottom=short, color=color, alpha=0.35, hatch="//",
-              label=f"{side}: pages of units holding no short lane")
+        b.bar(
+            xs_side,
+            other,
+            w,
+            bottom=short,
+            color=color,
+            alpha=0.35,
+            hatch="//",
+            label=f"{side}: pages of units holding no short lane",
+        )
     b.set_xticks(pos, [f"{x:,}" for x in xs])
     b.set_xlabel("evictable leaves")
     b.set_ylabel(f"pages evicted over {rows[0]['loads']} load-backs")
-    top = max(r[s]["short_pages_evicted"] + r[f"pages_evicted_nonshort_{s}"] for r in rows for s in ("patch", "upstream"))
+    top = max(
+        r[s]["short_pages_evicted"] + r[f"pages_evicted_nonshort_{s}"] for r in rows for s in ("patch", "upstream")
+    )
     b.set_ylim(0, max(1, top) * 1.7)  # room for the legend
     b.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"cp-hicache-owner-lanes, sglang 0.5.23, N={N}, CPU")
@@ -420,8 +443,12 @@ def write_png(rows, path):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_output_flags(ap, quick="1k and 10k leaves, 6 load-backs per tree (about a minute)", png="the chart")
-    ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], metavar="N,N,...",
-                    help="evictable leaves per tree (default 1000,10000,100000; --quick 1000,10000)")
+    ap.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        metavar="N,N,...",
+        help="evictable leaves per tree (default 1000,10000,100000; --quick 1000,10000)",
+    )
     ap.add_argument("--loads", type=int, help="load-backs per tree (default 12; --quick 6)")
     ap.add_argument("--seed", type=int, default=1)
     return ap.parse_args(argv)
@@ -438,9 +465,15 @@ def main(argv=None):
     console = print_table(rows, loads)
     big = rows[-1]
     console.print(f"whole path, upstream / patch: {big['speedup_end_to_end']:.1f}x at {big['leaves']:,} leaves")
-    result = {"quick": args.quick, "shard_size": N, "page_size": PS, "short_lanes": list(SHORT_LANES),
-              "loads_per_tree": loads, "seed": args.seed,
-              "sizes": {str(r["leaves"]): r for r in rows}}
+    result = {
+        "quick": args.quick,
+        "shard_size": N,
+        "page_size": PS,
+        "short_lanes": list(SHORT_LANES),
+        "loads_per_tree": loads,
+        "seed": args.seed,
+        "sizes": {str(r["leaves"]): r for r in rows},
+    }
     write_outputs(args, result, console.print, lambda path: write_png(rows, path))
     return result
 

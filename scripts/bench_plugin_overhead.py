@@ -65,14 +65,16 @@ def target_modules() -> set[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=None, help="fresh interpreters per mode (median reported; default 5, --quick 2)")
+    parser.add_argument(
+        "--runs", type=int, default=None, help="fresh interpreters per mode (median reported; default 5, --quick 2)"
+    )
     add_output_flags(parser, quick="2 interpreters per mode instead of 5", png=None)
     args = parser.parse_args(argv)
     args.runs = args.runs or (2 if args.quick else 5)
 
     results = {True: [], False: []}
     for i in range(args.runs):
-        for enabled in ((True, False) if i % 2 == 0 else (False, True)):
+        for enabled in (True, False) if i % 2 == 0 else (False, True):
             results[enabled].append(run_once(enabled))
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "peak_rss_mb")} for k, v in results.items()}
     extra_all = sorted(set(results[True][0]["modules"]) - set(results[False][0]["modules"]))
@@ -100,7 +102,9 @@ def main(argv=None) -> int:
     console = Console()
     console.print(table)
     console.print(f"modules the overlay added: {len(extra_all)} (its own: {', '.join(extra_all) or 'none'})")
-    console.print(f"the overlay's own apply(): {own * 1000:.1f} ms ({100 * own / med[False]['wall_s']:.2f}% of load_plugins)")
+    console.print(
+        f"the overlay's own apply(): {own * 1000:.1f} ms ({100 * own / med[False]['wall_s']:.2f}% of load_plugins)"
+    )
     console.print(f"patch-target modules imported by the overlay: {extra_targets or 'none'}")
     write_json(args.json, out)
     console.print(f"overhead_ratio = {ratio:.3f}")

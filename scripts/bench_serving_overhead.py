@@ -47,9 +47,15 @@ GOALS = {"startup_ratio": ("<=", 1.05), "throughput_ratio": (">=", 0.98)}
 
 
 def stream_tokens(url: str, tokens: int, out: list, idx: int) -> None:
-    body = {"model": "default", "prompt": f"Stream {idx}: Natalia sold clips to 48 of her friends.",
-            "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "default",
+        "prompt": f"Stream {idx}: Natalia sold clips to 48 of her friends.",
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     used = 0
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as resp:
         resp.raise_for_status()
@@ -85,8 +91,10 @@ def time_to_ready(overlay: bool, model: Path, log_dir: Path, streams: int) -> fl
 
 def paired_bursts(order: tuple, model: Path, log_dir: Path, streams: int, tokens: int, bursts: int) -> list:
     """Both sides up at once; ``bursts`` bursts each, alternating A B B A ...; one dict per burst pair."""
-    with running_server(config(order[0], streams), log_dir, model) as first, \
-            running_server(config(order[1], streams), log_dir, model) as second:
+    with (
+        running_server(config(order[0], streams), log_dir, model) as first,
+        running_server(config(order[1], streams), log_dir, model) as second,
+    ):
         url = {order[0]: first.url, order[1]: second.url}
         server_of = {order[0]: first, order[1]: second}
         for side in order:  # warm-up: a whole burst (the first batch of a new size is slower)
@@ -95,7 +103,7 @@ def paired_bursts(order: tuple, model: Path, log_dir: Path, streams: int, tokens
         pairs = []
         for i in range(bursts):
             pair = {}
-            for side in (order if i % 2 == 0 else order[::-1]):
+            for side in order if i % 2 == 0 else order[::-1]:
                 name = "overlay" if side else "upstream"
                 with suspended(server_of[not side]), cpu_used(server_of[side]) as cpu:
                     pair[name] = round(burst(url[side], streams, tokens), 2)
@@ -164,20 +172,38 @@ def main(argv=None) -> int:
         order = (True, False) if r % 2 == 0 else (False, True)
         for overlay in order:
             ready = time_to_ready(overlay, model, log_dir, args.streams)
-            starts.append({"round": r, "side": "overlay" if overlay else "upstream", "time_to_ready_s": round(ready, 3)})
+            starts.append(
+                {"round": r, "side": "overlay" if overlay else "upstream", "time_to_ready_s": round(ready, 3)}
+            )
             print(f"round {r} {starts[-1]['side']:8s} ready {ready:7.2f} s", flush=True)
         for pair in paired_bursts(order, model, log_dir, args.streams, tokens, bursts):
             pairs.append({"round": r, **pair})
-            cpu = "  ".join(f"{side[0]}:{role}={ms:.3f}" for side in ("upstream", "overlay")
-                            for role, ms in sorted(pair[f"{side}_cpu_ms_per_token"].items()))
-            print(f"round {r} burst pair  upstream {pair['upstream']:8.1f} tok/s  overlay {pair['overlay']:8.1f} tok/s"
-                  f"  cpu ms/token {cpu}", flush=True)
+            cpu = "  ".join(
+                f"{side[0]}:{role}={ms:.3f}"
+                for side in ("upstream", "overlay")
+                for role, ms in sorted(pair[f"{side}_cpu_ms_per_token"].items())
+            )
+            print(
+                f"round {r} burst pair  upstream {pair['upstream']:8.1f} tok/s  overlay {pair['overlay']:8.1f} tok/s"
+                f"  cpu ms/token {cpu}",
+                flush=True,
+            )
     paired = {"startup_ratio": ratios(starts, "time_to_ready_s"), "throughput_ratio": ratios(pairs)}
-    med = {side: {"time_to_ready_s": statistics.median(x["time_to_ready_s"] for x in starts if x["side"] == side),
-                  "tokens_per_s": statistics.median(x[side] for x in pairs)} for side in ("overlay", "upstream")}
+    med = {
+        side: {
+            "time_to_ready_s": statistics.median(x["time_to_ready_s"] for x in starts if x["side"] == side),
+            "tokens_per_s": statistics.median(x[side] for x in pairs),
+        }
+        for side in ("overlay", "upstream")
+    }
     result = {
-        "rounds": rounds, "streams": args.streams, "tokens_per_stream": tokens, "bursts_per_side_per_round": bursts,
-        "starts": starts, "burst_pairs": pairs, "median": med,
+        "rounds": rounds,
+        "streams": args.streams,
+        "tokens_per_stream": tokens,
+        "bursts_per_side_per_round": bursts,
+        "starts": starts,
+        "burst_pairs": pairs,
+        "median": med,
         **{key: round(statistics.median(r), 4) for key, r in paired.items()},
         "paired_ratios": {key: [round(x, 4) for x in r] for key, r in paired.items()},
         "goals": {k: f"{op} {v}" for k, (op, v) in GOALS.items()},

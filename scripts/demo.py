@@ -45,8 +45,10 @@ def run_demo(tokenizer_workers: int, log_dir: str | None) -> int:
         console.print("interrupted while starting; server stopped")
         return 130
     try:
-        console.print(f"[green]serving at {server.url}[/] (ready in {server.time_to_ready:.0f} s; OpenAI API at "
-                      f"{server.url}/v1, model: the tiny random-weight model, so answers are noise)")
+        console.print(
+            f"[green]serving at {server.url}[/] (ready in {server.time_to_ready:.0f} s; OpenAI API at "
+            f"{server.url}/v1, model: the tiny random-weight model, so answers are noise)"
+        )
         run_status(server.url, as_json=False)
         with urllib.request.urlopen(f"{server.url}/v1/models", timeout=30) as reply:
             model = json.load(reply)["data"][0]["id"]

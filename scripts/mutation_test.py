@@ -99,7 +99,9 @@ def setup_cfg(target: Target, limits: tuple = (120.0, 15.0)) -> str:
         + lines("source_paths", ["sglang_overlay"])
         + lines("only_mutate", target.modules)
         + lines("pytest_add_cli_args_test_selection", target.tests)
-        + lines("pytest_add_cli_args", ["-p", "no:cacheprovider"] + (["-k", target.deselect] if target.deselect else []))
+        + lines(
+            "pytest_add_cli_args", ["-p", "no:cacheprovider"] + (["-k", target.deselect] if target.deselect else [])
+        )
         + lines("also_copy", ["patches/", "scripts/"])
         + "process_isolation = forkserver\n"
         # mutmut's CPU limit per mutant is (the tests' call time + timeout_constant) x timeout_multiplier x 2;
@@ -178,7 +180,9 @@ def diff_of(workdir: Path, mutant: str) -> str:
 
 
 def summarize(module: str, found: dict[str, str]) -> dict:
-    equivalent = {name: EQUIVALENT[name] for name, status in found.items() if status == "survived" and name in EQUIVALENT}
+    equivalent = {
+        name: EQUIVALENT[name] for name, status in found.items() if status == "survived" and name in EQUIVALENT
+    }
     counted = {name: status for name, status in found.items() if name not in equivalent}
     killed = sum(status in KILLED for status in counted.values())
     survivors = sorted(name for name, status in counted.items() if status not in KILLED)
@@ -230,17 +234,31 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", type=Path, default=REPO / "mutants", help="work folders go here (default: mutants/)")
     ap.add_argument("--max-children", type=int, default=2, help="mutants tested in parallel (default 2)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one patch's mutmut run may take")
-    ap.add_argument("--subprocess-fallback", action="store_true",
-                    help="run the patch's subprocess tests for each mutant mutmut found no in-process test for")
+    ap.add_argument(
+        "--subprocess-fallback",
+        action="store_true",
+        help="run the patch's subprocess tests for each mutant mutmut found no in-process test for",
+    )
     ap.add_argument("--fallback-timeout", type=float, default=300)
-    ap.add_argument("--timeout-constant", type=float, default=120.0,
-                    help="mutmut's timeout_constant, seconds added to a mutant's test time (default 120)")
-    ap.add_argument("--timeout-multiplier", type=float, default=15.0,
-                    help="mutmut's timeout_multiplier (default 15): a mutant's CPU limit is "
-                         "(test time + constant) x multiplier x 2; a mutant over it counts as killed (timeout)")
-    ap.add_argument("--resume", action="store_true",
-                    help="keep mutmut's earlier results in the work folder (changed functions and earlier survivors "
-                         "are tested again, with the current tests)")
+    ap.add_argument(
+        "--timeout-constant",
+        type=float,
+        default=120.0,
+        help="mutmut's timeout_constant, seconds added to a mutant's test time (default 120)",
+    )
+    ap.add_argument(
+        "--timeout-multiplier",
+        type=float,
+        default=15.0,
+        help="mutmut's timeout_multiplier (default 15): a mutant's CPU limit is "
+        "(test time + constant) x multiplier x 2; a mutant over it counts as killed (timeout)",
+    )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep mutmut's earlier results in the work folder (changed functions and earlier survivors "
+        "are tested again, with the current tests)",
+    )
     ap.add_argument("--goal", type=float, default=0.9)
     ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON to FILE")
     args = ap.parse_args(argv)

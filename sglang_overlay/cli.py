@@ -61,13 +61,19 @@ def _check_rows(plan, dependencies: bool = False) -> list[dict]:
         found = {st.target.path: st for st in plan.statuses.get(patch.id, []) if st.is_dependency == dependencies}
         for target in patch.depends if dependencies else patch.targets:
             st = found.get(target.path)
-            rows.append({
-                "patch": patch.id, "role": patch.role, "target": target.path,
-                "hook": f"uses ({target.needed_by})" if dependencies else target.hook_type,
-                "fingerprint": str(st.status) if st else "not checked",
-                "expected": st.expected if st else None, "found": st.found if st else None,
-                "detail": st.detail if st else "", "enabled": enabled,
-            })
+            rows.append(
+                {
+                    "patch": patch.id,
+                    "role": patch.role,
+                    "target": target.path,
+                    "hook": f"uses ({target.needed_by})" if dependencies else target.hook_type,
+                    "fingerprint": str(st.status) if st else "not checked",
+                    "expected": st.expected if st else None,
+                    "found": st.found if st else None,
+                    "detail": st.detail if st else "",
+                    "enabled": enabled,
+                }
+            )
     return rows
 
 
@@ -77,14 +83,27 @@ def _check_report(plan, argv: list[str] | None = None) -> dict:
     problems = verify.ready(plan, argv=argv, environment=True)
     discoverable, how = verify.plugin_discovery()
     hook = process_hook.installed_path()
-    bad = [] if plan.version_problem else [r for r in (*rows, *dependencies)
-                                           if r["enabled"] and r["fingerprint"] != "match"]
-    return {"ok": not problems, "sglang": installed.installed_sglang_version(), "pin": lockfile.read_pin().version,
-            "supported_pins": list(lockfile.pin_dirs()), "python": installed.running_python(),
-            "plugin_discoverable": discoverable, "plugin": how,
-            "process_hook": str(hook) if hook else None, "strict": settings.strict(),
-            "version_problem": plan.version_problem, "readiness": problems, "targets": rows,
-            "dependencies": dependencies, "problems": bad}
+    bad = (
+        []
+        if plan.version_problem
+        else [r for r in (*rows, *dependencies) if r["enabled"] and r["fingerprint"] != "match"]
+    )
+    return {
+        "ok": not problems,
+        "sglang": installed.installed_sglang_version(),
+        "pin": lockfile.read_pin().version,
+        "supported_pins": list(lockfile.pin_dirs()),
+        "python": installed.running_python(),
+        "plugin_discoverable": discoverable,
+        "plugin": how,
+        "process_hook": str(hook) if hook else None,
+        "strict": settings.strict(),
+        "version_problem": plan.version_problem,
+        "readiness": problems,
+        "targets": rows,
+        "dependencies": dependencies,
+        "problems": bad,
+    }
 
 
 def run_check(as_json: bool = False, argv: list[str] | None = None) -> int:
@@ -105,26 +124,40 @@ _COLOUR = {"match": "green", "drift": "red", "missing": "red", "unlocked": "yell
 
 
 def _print_check(report: dict) -> None:
-    table = _table(f"sglang-overlay {__version__}: patches over sglang=={report['pin']}",
-                   ("patch", "role", "target", "hook", "fingerprint", "enabled"))
+    table = _table(
+        f"sglang-overlay {__version__}: patches over sglang=={report['pin']}",
+        ("patch", "role", "target", "hook", "fingerprint", "enabled"),
+    )
     for r in report["targets"]:
         fp = r["fingerprint"]
-        table.add_row(r["patch"], r["role"], r["target"], r["hook"], f"[{_COLOUR.get(fp, 'white')}]{fp}[/]",
-                      "yes" if r["enabled"] else "[yellow]disabled[/]")
+        table.add_row(
+            r["patch"],
+            r["role"],
+            r["target"],
+            r["hook"],
+            f"[{_COLOUR.get(fp, 'white')}]{fp}[/]",
+            "yes" if r["enabled"] else "[yellow]disabled[/]",
+        )
     console.print(table)
     deps = report["dependencies"]
     if deps:
         moved = [r for r in deps if r["enabled"] and r["fingerprint"] != "match"]
-        console.print(f"dependencies (upstream definitions the hooks call or override, locked like targets): "
-                      f"{len(deps) - len(moved)} of {len(deps)} match" + ("" if moved else " [green]ok[/]"))
+        console.print(
+            f"dependencies (upstream definitions the hooks call or override, locked like targets): "
+            f"{len(deps) - len(moved)} of {len(deps)} match" + ("" if moved else " [green]ok[/]")
+        )
     console.print(f"installed sglang: {report['sglang']} (pinned {report['pin']})")
-    console.print(f"plugin discoverable: {'yes' if report['plugin_discoverable'] else '[red]NO[/]'}: {report['plugin']}")
+    console.print(
+        f"plugin discoverable: {'yes' if report['plugin_discoverable'] else '[red]NO[/]'}: {report['plugin']}"
+    )
     hook = report["process_hook"]
     console.print(f"process-start hook: {hook or '[red]NOT INSTALLED[/] (sglang-overlay process-hook --install)'}")
     console.print(f"strict: {'yes' if report['strict'] else 'no (' + settings.STRICT + '=0)'}")
     for r in report["problems"]:
-        console.print(f"[red]{r['patch']}: {r['target']}: {r['fingerprint']} (expected {r['expected']}, found {r['found']})"
-                      f"{': ' + r['detail'] if r.get('detail') else ''}[/]")
+        console.print(
+            f"[red]{r['patch']}: {r['target']}: {r['fingerprint']} (expected {r['expected']}, found {r['found']})"
+            f"{': ' + r['detail'] if r.get('detail') else ''}[/]"
+        )
     for problem in report["readiness"]:
         if not problem.startswith("patch '"):  # a target's refusal is the line above
             console.print(f"[red]{problem}[/]")
@@ -155,8 +188,11 @@ def run_status(url: str, as_json: bool) -> int:
     console.print(table)
     console.print("live patches: " + ", ".join(f"{n} {pid}" for pid, n in number.items()))
     console.print("('-': the process runs no patched target; a target's module not imported there is not live)")
-    console.print("[green]OK: every process that runs patched code has the overlay[/]" if report["ok"]
-                  else "[red]NOT OK: a process runs without the overlay[/]")
+    console.print(
+        "[green]OK: every process that runs patched code has the overlay[/]"
+        if report["ok"]
+        else "[red]NOT OK: a process runs without the overlay[/]"
+    )
     return 0 if report["ok"] else 1
 
 
@@ -167,8 +203,10 @@ def run_process_hook(install: bool, as_json: bool) -> int:
     elif path:
         console.print(f"process-start hook: {path}")
     else:
-        err_console.print(f"[red]process-start hook not installed in {process_hook.site_dirs()[0]}: "
-                          "sglang-overlay process-hook --install[/red]")
+        err_console.print(
+            f"[red]process-start hook not installed in {process_hook.site_dirs()[0]}: "
+            "sglang-overlay process-hook --install[/red]"
+        )
     return 0 if path else 1
 
 
@@ -216,23 +254,29 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
     else:
         colour = {"unchanged": "green", "changed": "yellow", "missing": "red"}
         for title, found in (("targets", rows), ("dependencies (called or overridden, not hooked)", deps)):
-            table = _table(f"rebase-check: the patches' {title} against {label}", ("patch", "target", "status", "detail"))
+            table = _table(
+                f"rebase-check: the patches' {title} against {label}", ("patch", "target", "status", "detail")
+            )
             for r in found:
                 detail = r["detail"] or (f"needed by {r['needed_by']}" if "needed_by" in r else "")
                 table.add_row(r["patch"], r["target"], f"[{colour[r['status']]}]{r['status']}[/]", detail)
             console.print(table)
         every = (*rows, *deps)
-        console.print(f"{sum(r['status'] == 'unchanged' for r in every)} unchanged, "
-                      f"{sum(r['status'] == 'changed' for r in every)} changed, "
-                      f"{sum(r['status'] == 'missing' for r in every)} missing")
+        console.print(
+            f"{sum(r['status'] == 'unchanged' for r in every)} unchanged, "
+            f"{sum(r['status'] == 'changed' for r in every)} changed, "
+            f"{sum(r['status'] == 'missing' for r in every)} missing"
+        )
     return 0 if all(r["status"] == "unchanged" for r in (*rows, *deps)) else 1
 
 
 def run_launch(args: list[str]) -> int:
     cmd = [sys.executable, "-m", "sglang.launch_server", *args]
     if any(a in ("-h", "--help") for a in args):
-        console.print("sglang-overlay launch: verifies the overlay, then runs SGLang's launcher "
-                      "(python -m sglang.launch_server) with these arguments. SGLang's own options follow.\n")
+        console.print(
+            "sglang-overlay launch: verifies the overlay, then runs SGLang's launcher "
+            "(python -m sglang.launch_server) with these arguments. SGLang's own options follow.\n"
+        )
         return subprocess.call(cmd)
     code = run_check(argv=["sglang-overlay", *args])  # the launch's own command line: its tokenizer workers
     if code != 0:
@@ -260,8 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("check", "verify every patch against the installed upstream")
     p = command("lock", "regenerate patches/pins/<version>/upstream.lock from the installed upstream")
-    p.add_argument("--wheel", action="append", help="a wheel of the installed sglang, to record its sha256 for its "
-                   "Python (repeat for each CPython; needed for a new version)")
+    p.add_argument(
+        "--wheel",
+        action="append",
+        help="a wheel of the installed sglang, to record its sha256 for its "
+        "Python (repeat for each CPython; needed for a new version)",
+    )
     p.add_argument("--check", action="store_true", help="compare only; exit 1 when the lock differs")
     p.add_argument("--include-extra", action="store_true", help=f"also lock patches from {settings.EXTRA_PATCHES}")
     p = command("rebase-check", "report which targets another upstream release changed")
@@ -270,9 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--wheel", metavar="FILE", help="a local sglang wheel")
     p = command("status", "per process of a running local server: is the overlay there, which patches")
     p.add_argument("--url", required=True, help="the server's URL, e.g. http://127.0.0.1:30000")
-    command("process-hook", "the .pth hook that enters processes SGLang starts without load_plugins()", True,
-            ("--install", "write it into this environment's site-packages"),
-            ("--check", "exit 1 when it is not installed"))
+    command(
+        "process-hook",
+        "the .pth hook that enters processes SGLang starts without load_plugins()",
+        True,
+        ("--install", "write it into this environment's site-packages"),
+        ("--check", "exit 1 when it is not installed"),
+    )
     sub.add_parser("launch", help="verify, then run sglang.launch_server with the remaining arguments", add_help=False)
     sub.add_parser("gsm8k", help="GSM8K accuracy runner against an OpenAI-compatible server", add_help=False)
     return parser

@@ -41,8 +41,11 @@ DEFAULT_BASE_URL = "http://127.0.0.1:30000"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sglang-overlay gsm8k", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="sglang-overlay gsm8k",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     g = p.add_argument_group("server")
     g.add_argument("--base-url", default=DEFAULT_BASE_URL, help="OpenAI-compatible server (with or without /v1)")
     g.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY when set)")
@@ -59,26 +62,44 @@ def build_parser() -> argparse.ArgumentParser:
     q = g.add_mutually_exclusive_group()
     q.add_argument("--num-questions", type=int, help="the first N of the 1,319 test questions (default: all)")
     q.add_argument("--sample", type=int, metavar="N", help="N test questions drawn with --seed")
-    g.add_argument("--data-dir", help="directory with test.jsonl and train.jsonl "
-                   f"(else ${data.ENV_DIR}, else {data.cache_dir()}, else a download)")
+    g.add_argument(
+        "--data-dir",
+        help="directory with test.jsonl and train.jsonl "
+        f"(else ${data.ENV_DIR}, else {data.cache_dir()}, else a download)",
+    )
     g.add_argument("--no-download", action="store_true", help="never fetch the dataset")
     g = p.add_argument_group("load and failures")
     g.add_argument("--parallel", type=int, default=64, help="concurrent requests")
     g.add_argument("--timeout", type=float, default=600.0, help="per-request deadline, seconds")
     g.add_argument("--max-retries", type=int, default=3, help="retries on 429/5xx/timeouts/connection errors")
     g.add_argument("--retry-backoff", type=float, default=0.5, help="first backoff, seconds (doubles, jittered)")
-    g.add_argument("--give-up-after", type=int, default=20,
-                   help="after this many consecutive failed questions, skip the rest (0: never)")
-    g.add_argument("--max-error-rate", type=float, default=0.05,
-                   help="a run with more failed questions than this fraction is incomplete (exit 2)")
+    g.add_argument(
+        "--give-up-after",
+        type=int,
+        default=20,
+        help="after this many consecutive failed questions, skip the rest (0: never)",
+    )
+    g.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=0.05,
+        help="a run with more failed questions than this fraction is incomplete (exit 2)",
+    )
     g = p.add_argument_group("paired A/B (A: --base-url; B: --against or a saved run)")
     ab = g.add_mutually_exclusive_group()
     ab.add_argument("--against", metavar="URL", help="B: a second server asked the same questions at the same time")
-    ab.add_argument("--paired-with", metavar="DIR", help="B: a saved run (--output DIR of an earlier run) of the "
-                    "same questions and data")
+    ab.add_argument(
+        "--paired-with",
+        metavar="DIR",
+        help="B: a saved run (--output DIR of an earlier run) of the same questions and data",
+    )
     g.add_argument("--alpha", type=float, default=0.05, help="fail when B is worse than A at this McNemar p-value")
-    g.add_argument("--max-flips", type=int, metavar="N",
-                   help="fail when more than N questions' answers changed (0: identical answers expected)")
+    g.add_argument(
+        "--max-flips",
+        type=int,
+        metavar="N",
+        help="fail when more than N questions' answers changed (0: identical answers expected)",
+    )
     g = p.add_argument_group("output and gating")
     g.add_argument("--output", metavar="DIR", help="write results.jsonl, summary.json, report.md, *.png here")
     g.add_argument("--baseline", metavar="FILE", help="a previous summary.json to compare with")
@@ -130,12 +151,22 @@ def _run_config(args: argparse.Namespace, cfg, dataset, ids: list[int], selectio
     from sglang_overlay_gsm8k.client import api_root
 
     return {
-        "base_url": api_root(cfg.base_url), "model": cfg.model, "mode": args.mode, "stream": args.stream,
-        "num_shots": args.num_shots, "max_tokens": args.max_tokens, "temperature": args.temperature,
-        "seed": args.seed, "parallel": args.parallel, "timeout_s": args.timeout, "max_retries": args.max_retries,
+        "base_url": api_root(cfg.base_url),
+        "model": cfg.model,
+        "mode": args.mode,
+        "stream": args.stream,
+        "num_shots": args.num_shots,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "parallel": args.parallel,
+        "timeout_s": args.timeout,
+        "max_retries": args.max_retries,
         "selection": selection,
         "question_set": hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16],
-        "data_dir": str(dataset.directory), "data_sha256": dataset.test_sha256, "data_source": dataset.source,
+        "data_dir": str(dataset.directory),
+        "data_sha256": dataset.test_sha256,
+        "data_source": dataset.source,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "runner": f"sglang-overlay {__version__}",
     }
@@ -178,8 +209,10 @@ def _ask_all(cfgs: list, body_for, ids: list[int], by_index: dict, no_progress: 
     for side in records:
         for i in ids:
             if i not in side:
-                side[i] = report.score(by_index[i], Outcome(i, error="interrupted",
-                                                            error_message="run interrupted (Ctrl-C) before an answer"))
+                side[i] = report.score(
+                    by_index[i],
+                    Outcome(i, error="interrupted", error_message="run interrupted (Ctrl-C) before an answer"),
+                )
     return [[side[i] for i in ids] for side in records], wall, interrupted
 
 
@@ -191,30 +224,44 @@ def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | Non
     dataset = data.load(args.data_dir, allow_download=not args.no_download)
     test, train = dataset.test, dataset.train
     if dataset.source == data.FIXTURE:
-        print(f"note: {dataset.directory} is sglang-overlay's test fixture ({len(test)} of the "
-              f"{data.TEST_SIZE} test questions), not the full GSM8K", file=sys.stderr, flush=True)
+        print(
+            f"note: {dataset.directory} is sglang-overlay's test fixture ({len(test)} of the "
+            f"{data.TEST_SIZE} test questions), not the full GSM8K",
+            file=sys.stderr,
+            flush=True,
+        )
     sample_seed = args.seed if args.seed is not None else 0
     chosen = data.select(test, args.num_questions, args.sample, sample_seed)
     if args.num_shots > len(train):
         raise ValueError(f"--num-shots {args.num_shots}: the train split has {len(train)}")
     by_index = {p.index: p for p in chosen}
     cfg = ClientConfig(
-        base_url=args.base_url, mode=args.mode, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
-        model=args.model, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
-        stop=prompts.STOP, stream=args.stream, parallel=args.parallel, timeout_s=args.timeout,
-        max_retries=args.max_retries, backoff_s=args.retry_backoff, give_up_after=args.give_up_after,
+        base_url=args.base_url,
+        mode=args.mode,
+        api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+        model=args.model,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        stop=prompts.STOP,
+        stream=args.stream,
+        parallel=args.parallel,
+        timeout_s=args.timeout,
+        max_retries=args.max_retries,
+        backoff_s=args.retry_backoff,
+        give_up_after=args.give_up_after,
     )
     cfgs = [cfg] + ([dataclasses.replace(cfg, base_url=args.against)] if args.against else [])
     for side in cfgs:
         if not side.model:
             side.model = asyncio.run(discover_model(side))
     ids = [p.index for p in chosen]
-    selection = (f"sample of {args.sample} (seed {sample_seed})" if args.sample is not None
-                 else f"first {len(chosen)}")
+    selection = f"sample of {args.sample} (seed {sample_seed})" if args.sample is not None else f"first {len(chosen)}"
     configs = [_run_config(args, side, dataset, ids, selection) for side in cfgs]
     saved = paired.load_saved(args.paired_with, configs[0]) if args.paired_with else None
-    runs, wall, interrupted = _ask_all(cfgs, _body_maker(args, train[: args.num_shots], by_index), ids, by_index,
-                                       args.no_progress)
+    runs, wall, interrupted = _ask_all(
+        cfgs, _body_maker(args, train[: args.num_shots], by_index), ids, by_index, args.no_progress
+    )
     summary = report.summarize(runs[0], wall, configs[0])
     summary["interrupted"] = interrupted
     if len(runs) == 2:
@@ -231,8 +278,14 @@ def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | Non
     return summary, runs[0], baseline
 
 
-def write_outputs(out_dir: Path, summary: dict, records: list[report.Record], baseline: dict | None,
-                  verdict_line: str, b_records: list[report.Record] | None = None) -> list[Path]:
+def write_outputs(
+    out_dir: Path,
+    summary: dict,
+    records: list[report.Record],
+    baseline: dict | None,
+    verdict_line: str,
+    b_records: list[report.Record] | None = None,
+) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     report.write_records(out_dir / "results.jsonl", records)
     written = [out_dir / "results.jsonl"]
@@ -276,8 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sglang-overlay gsm8k: {exc}", flush=True)
         return report.INCOMPLETE
     b_records = summary.pop("_b_records", None)
-    code, reason = report.verdict(summary, baseline=baseline, tolerance=args.tolerance,
-                                  min_accuracy=args.min_accuracy, max_error_rate=args.max_error_rate)
+    code, reason = report.verdict(
+        summary,
+        baseline=baseline,
+        tolerance=args.tolerance,
+        min_accuracy=args.min_accuracy,
+        max_error_rate=args.max_error_rate,
+    )
     if "paired" in summary:
         b_code, _ = report.verdict(summary["b"], max_error_rate=args.max_error_rate)
         paired_code, paired_reason = paired.verdict(summary["paired"], code, b_code, args.alpha, args.max_flips)

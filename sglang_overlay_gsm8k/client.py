@@ -107,8 +107,12 @@ def _error_status(error: dict) -> int | None:
     return None
 
 
-def _make_client(cfg: ClientConfig, transport: httpx.AsyncBaseTransport | None = None,
-                 connections: int = 1, ssl_context: ssl.SSLContext | None = None) -> httpx.AsyncClient:
+def _make_client(
+    cfg: ClientConfig,
+    transport: httpx.AsyncBaseTransport | None = None,
+    connections: int = 1,
+    ssl_context: ssl.SSLContext | None = None,
+) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     return httpx.AsyncClient(
         base_url=api_root(cfg.base_url),
@@ -148,13 +152,16 @@ async def discover_model(cfg: ClientConfig, transport: httpx.AsyncBaseTransport 
             if not err.retryable or attempt > cfg.max_retries:
                 break
             await asyncio.sleep(_backoff(cfg, attempt, err.retry_after))
-        raise RunnerError(f"cannot list models at {api_root(cfg.base_url)}/v1/models ({last}); "
-                          "is the server up? (--base-url, or pass --model to skip discovery)")
+        raise RunnerError(
+            f"cannot list models at {api_root(cfg.base_url)}/v1/models ({last}); "
+            "is the server up? (--base-url, or pass --model to skip discovery)"
+        )
 
 
 class Runner:
-    def __init__(self, cfg: ClientConfig, body_for: Callable[[int], dict],
-                 transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(
+        self, cfg: ClientConfig, body_for: Callable[[int], dict], transport: httpx.AsyncBaseTransport | None = None
+    ):
         """``body_for(i)`` returns the request body for question ``i`` (without model/sampling fields);
         ``transport`` replaces the network (tests)."""
         if cfg.mode not in ("completions", "chat"):
@@ -262,7 +269,8 @@ class Runner:
                 err = exc
             except (TimeoutError, httpx.TimeoutException) as exc:
                 err = _AttemptError(
-                    "timeout", f"no complete response within {cfg.timeout_s:g} s ({type(exc).__name__})", True)
+                    "timeout", f"no complete response within {cfg.timeout_s:g} s ({type(exc).__name__})", True
+                )
             except httpx.TransportError as exc:
                 err = _AttemptError("connection", f"{type(exc).__name__}: {exc}", True)
             out.latency_s = time.perf_counter() - t0
@@ -294,8 +302,11 @@ class Runner:
                 except asyncio.QueueEmpty:
                     return
                 if self.gave_up:
-                    out = Outcome(i, error="skipped", error_message=(
-                        f"not sent: {self.cfg.give_up_after} consecutive questions had failed"))
+                    out = Outcome(
+                        i,
+                        error="skipped",
+                        error_message=(f"not sent: {self.cfg.give_up_after} consecutive questions had failed"),
+                    )
                 else:
                     out = await self.one(client, i)
                     if out.error is None:

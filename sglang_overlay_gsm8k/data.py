@@ -104,8 +104,9 @@ def _expected_hashes(directory: Path) -> dict[str, str]:
 
 
 def _refuse(path: Path, got: str, want: str, why: str) -> DataError:
-    return DataError(f"{path}: sha256 {got} is not the expected {want} ({why}); "
-                     "delete it or point --data-dir at a good copy")
+    return DataError(
+        f"{path}: sha256 {got} is not the expected {want} ({why}); delete it or point --data-dir at a good copy"
+    )
 
 
 def verify(directory: Path, *, published_only: bool = False) -> tuple[str, dict[str, str]]:
@@ -118,8 +119,10 @@ def verify(directory: Path, *, published_only: bool = False) -> tuple[str, dict[
         expected = _expected_hashes(directory)
         unlisted = [name for name in SPLITS if name not in expected]
         if unlisted:
-            raise DataError(f"{directory / 'SHA256SUMS'} lists no sha256 for {' or '.join(unlisted)}: "
-                            "a sums file that checks only part of the data is refused; fix or delete it")
+            raise DataError(
+                f"{directory / 'SHA256SUMS'} lists no sha256 for {' or '.join(unlisted)}: "
+                "a sums file that checks only part of the data is refused; fix or delete it"
+            )
         for name in SPLITS:
             if got[name] != expected[name]:
                 raise _refuse(directory / name, got[name], expected[name], "truncated or modified copy?")
@@ -127,8 +130,12 @@ def verify(directory: Path, *, published_only: bool = False) -> tuple[str, dict[
         return PUBLISHED, got
     if published_only:
         name = next(n for n in SPLITS if got[n] != KNOWN_SHA256[n])
-        raise _refuse(directory / name, got[name], KNOWN_SHA256[name],
-                      "the runner's cache holds only the published openai/grade-school-math files")
+        raise _refuse(
+            directory / name,
+            got[name],
+            KNOWN_SHA256[name],
+            "the runner's cache holds only the published openai/grade-school-math files",
+        )
     if got == FIXTURE_SHA256:
         return FIXTURE, got
     return (OWN_SUMS if has_sums else UNVERIFIED), got
@@ -209,12 +216,18 @@ def load(data_dir: str | None = None, allow_download: bool = True) -> Dataset:
     directory = locate(data_dir, allow_download=allow_download)
     is_cache = directory.resolve() == cache_dir().resolve()
     source, hashes = verify(directory, published_only=is_cache)
-    return Dataset(directory, read_split(directory / "test.jsonl"), read_split(directory / "train.jsonl"),
-                   source, hashes["test.jsonl"])
+    return Dataset(
+        directory,
+        read_split(directory / "test.jsonl"),
+        read_split(directory / "train.jsonl"),
+        source,
+        hashes["test.jsonl"],
+    )
 
 
-def select(test: list[Problem], num_questions: int | None = None, sample: int | None = None,
-           seed: int = 0) -> list[Problem]:
+def select(
+    test: list[Problem], num_questions: int | None = None, sample: int | None = None, seed: int = 0
+) -> list[Problem]:
     """The first ``num_questions``, or a ``sample`` drawn with ``seed`` (in index order), or all."""
     if num_questions is not None and sample is not None:
         raise ValueError("--num-questions and --sample are exclusive")

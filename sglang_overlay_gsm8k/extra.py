@@ -35,5 +35,7 @@ def advice(failed: dict[str, str]) -> str:
     """One line naming what is missing (and why, where it is not plainly absent) and the install command."""
     broken = [f"{name}: {why}" for name, why in failed.items() if why != f"No module named '{name}'"]
     detail = f" ({'; '.join(broken)})" if broken else ""
-    return (f"sglang-overlay gsm8k: missing {', '.join(failed)} from the runner's gsm8k extra{detail}; "
-            f"install it with: {INSTALL}")
+    return (
+        f"sglang-overlay gsm8k: missing {', '.join(failed)} from the runner's gsm8k extra{detail}; "
+        f"install it with: {INSTALL}"
+    )

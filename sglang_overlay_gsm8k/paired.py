@@ -53,8 +53,15 @@ def pair(a: list[Record], b: list[Record]) -> dict:
     counts = {"both_correct": 0, "a_only": 0, "b_only": 0, "both_wrong": 0}
     flipped, changed, same = [], [], 0
     for x, y in both:
-        key = ("both_correct" if x.correct and y.correct else "a_only" if x.correct
-               else "b_only" if y.correct else "both_wrong")
+        key = (
+            "both_correct"
+            if x.correct and y.correct
+            else "a_only"
+            if x.correct
+            else "b_only"
+            if y.correct
+            else "both_wrong"
+        )
         counts[key] += 1
         entry = {"index": x.id, "gold": x.gold, "a": _answer(x), "b": _answer(y)}
         if x.correct != y.correct:
@@ -65,18 +72,24 @@ def pair(a: list[Record], b: list[Record]) -> dict:
             changed.append(entry)
     n = len(both)
     return {
-        "n": n, **counts,
-        "agreement": same / n if n else 1.0, "same_answer": same,
+        "n": n,
+        **counts,
+        "agreement": same / n if n else 1.0,
+        "same_answer": same,
         "mcnemar_p": mcnemar_exact(counts["a_only"], counts["b_only"]),
-        "flipped": flipped, "changed": changed, "excluded": len(a) - n,
+        "flipped": flipped,
+        "changed": changed,
+        "excluded": len(a) - n,
     }
 
 
 def verdict(paired: dict, a_code: int, b_code: int, alpha: float, max_flips: int | None) -> tuple[int, str]:
     """(exit code, reason) of a paired run; ``a_code``/``b_code`` are the single-run verdicts' codes."""
-    table = (f"{paired['n']} paired: both correct {paired['both_correct']}, A only {paired['a_only']}, "
-             f"B only {paired['b_only']}, both wrong {paired['both_wrong']}; McNemar p {paired['mcnemar_p']:.4g}; "
-             f"{len(paired['changed'])} answer(s) changed")
+    table = (
+        f"{paired['n']} paired: both correct {paired['both_correct']}, A only {paired['a_only']}, "
+        f"B only {paired['b_only']}, both wrong {paired['both_wrong']}; McNemar p {paired['mcnemar_p']:.4g}; "
+        f"{len(paired['changed'])} answer(s) changed"
+    )
     if INCOMPLETE in (a_code, b_code):
         side = "A" if a_code == INCOMPLETE else "B"
         return INCOMPLETE, f"INCOMPLETE: run {side} did not complete; the pairing is not a verdict ({table})"
@@ -85,8 +98,10 @@ def verdict(paired: dict, a_code: int, b_code: int, alpha: float, max_flips: int
         reasons.append(f"B is worse than A (p {paired['mcnemar_p']:.4g} < --alpha {alpha:g})")
     if max_flips is not None and len(paired["changed"]) > max_flips:
         shown = ", ".join(str(c["index"]) for c in paired["changed"][:20])
-        reasons.append(f"{len(paired['changed'])} answer(s) changed, more than --max-flips {max_flips} "
-                       f"(questions {shown}{', ...' if len(paired['changed']) > 20 else ''})")
+        reasons.append(
+            f"{len(paired['changed'])} answer(s) changed, more than --max-flips {max_flips} "
+            f"(questions {shown}{', ...' if len(paired['changed']) > 20 else ''})"
+        )
     if reasons:
         return REGRESSION, "FAIL: " + "; ".join(reasons) + f" ({table})"
     return PASS, f"PASS: no evidence B differs from A at --alpha {alpha:g} ({table})"
@@ -104,27 +119,34 @@ def load_saved(directory: str, config: dict) -> tuple[dict, list[Record]]:
         lines = (root / "results.jsonl").read_text(encoding="utf-8").splitlines()
         records = [Record(**{k: row[k] for k in RECORD_FIELDS}) for row in map(json.loads, filter(None, lines))]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PairingError(f"--paired-with {directory}: not a saved run of this runner (summary.json and "
-                           f"results.jsonl): {exc}") from exc
+        raise PairingError(
+            f"--paired-with {directory}: not a saved run of this runner (summary.json and results.jsonl): {exc}"
+        ) from exc
     saved = summary.get("config", {}) if isinstance(summary, dict) else {}
     for key, what in (("data_sha256", "data hash"), ("question_set", "question set")):
         if saved.get(key) != config.get(key):
-            raise PairingError(f"--paired-with {directory}: its {what} is {saved.get(key)!r}, this run's is "
-                               f"{config.get(key)!r}; pair runs of the same questions (same --num-questions or "
-                               "--sample and --seed, same data)")
+            raise PairingError(
+                f"--paired-with {directory}: its {what} is {saved.get(key)!r}, this run's is "
+                f"{config.get(key)!r}; pair runs of the same questions (same --num-questions or "
+                "--sample and --seed, same data)"
+            )
     return summary, records
 
 
 def _rows(p: dict) -> list[tuple[str, str, str]]:
-    return [("A correct", str(p["both_correct"]), str(p["a_only"])),
-            ("A wrong", str(p["b_only"]), str(p["both_wrong"]))]
+    return [
+        ("A correct", str(p["both_correct"]), str(p["a_only"])),
+        ("A wrong", str(p["b_only"]), str(p["both_wrong"])),
+    ]
 
 
 def print_table(p: dict, console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"paired: {p['n']} questions answered by both · McNemar p {p['mcnemar_p']:.4g} · "
-                        f"agreement {p['agreement']:.3f}")
+    table = Table(
+        title=f"paired: {p['n']} questions answered by both · McNemar p {p['mcnemar_p']:.4g} · "
+        f"agreement {p['agreement']:.3f}"
+    )
     for col in ("", "B correct", "B wrong"):
         table.add_column(col, justify="right")
     for row in _rows(p):
@@ -136,13 +158,19 @@ def markdown(summary: dict) -> str:
     """The paired section of report.md: the 2x2 table, the flipped and the changed questions."""
     p, b = summary["paired"], summary["b"]
     where = b.get("source") or b.get("config", {}).get("base_url")
-    lines = ["", "## Paired A/B", "",
-             f"- A: `{summary['config'].get('base_url')}`, accuracy {summary['accuracy']:.3f}",
-             f"- B: `{where}`, accuracy {b['accuracy']:.3f}",
-             f"- {p['n']} questions answered by both ({p['excluded']} left out: a failed request on a side); "
-             f"same extracted answer on {p['same_answer']} (agreement {p['agreement']:.3f}); "
-             f"McNemar exact p = {p['mcnemar_p']:.4g}", "",
-             "| | B correct | B wrong |", "|---|---:|---:|"]
+    lines = [
+        "",
+        "## Paired A/B",
+        "",
+        f"- A: `{summary['config'].get('base_url')}`, accuracy {summary['accuracy']:.3f}",
+        f"- B: `{where}`, accuracy {b['accuracy']:.3f}",
+        f"- {p['n']} questions answered by both ({p['excluded']} left out: a failed request on a side); "
+        f"same extracted answer on {p['same_answer']} (agreement {p['agreement']:.3f}); "
+        f"McNemar exact p = {p['mcnemar_p']:.4g}",
+        "",
+        "| | B correct | B wrong |",
+        "|---|---:|---:|",
+    ]
     lines += [f"| {a} | {x} | {y} |" for a, x, y in _rows(p)]
     for title, key in (("Flipped (correct on one side only)", "flipped"), ("Changed answers", "changed")):
         entries = p[key]
@@ -150,8 +178,10 @@ def markdown(summary: dict) -> str:
         if entries:
             lines += ["", "| question | gold | A | B |", "|---:|---:|---:|---:|"]
             for e in entries[:200]:
-                lines.append(f"| {e['index']} | {e['gold']} | {e['a']['answer']}{' ✓' if e['a']['correct'] else ''} "
-                             f"| {e['b']['answer']}{' ✓' if e['b']['correct'] else ''} |")
+                lines.append(
+                    f"| {e['index']} | {e['gold']} | {e['a']['answer']}{' ✓' if e['a']['correct'] else ''} "
+                    f"| {e['b']['answer']}{' ✓' if e['b']['correct'] else ''} |"
+                )
             if len(entries) > 200:
                 lines.append(f"| ... | {len(entries) - 200} more in summary.json | | |")
     return "\n".join(lines) + "\n"

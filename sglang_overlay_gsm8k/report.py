@@ -58,11 +58,23 @@ def score(problem: Problem, out: Outcome) -> Record:
     else:
         pred, how = None, "error"
     return Record(
-        id=problem.index, question=problem.question, gold=format_number(gold), prediction=format_number(pred),
-        correct=same_number(pred, gold), extracted_by=how, output=out.text, finish_reason=out.finish_reason,
-        latency_s=out.latency_s, ttft_s=out.ttft_s, total_s=out.total_s, attempts=out.attempts,
-        retried=list(out.retried), prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
-        error=out.error, error_message=out.error_message,
+        id=problem.index,
+        question=problem.question,
+        gold=format_number(gold),
+        prediction=format_number(pred),
+        correct=same_number(pred, gold),
+        extracted_by=how,
+        output=out.text,
+        finish_reason=out.finish_reason,
+        latency_s=out.latency_s,
+        ttft_s=out.ttft_s,
+        total_s=out.total_s,
+        attempts=out.attempts,
+        retried=list(out.retried),
+        prompt_tokens=out.prompt_tokens,
+        completion_tokens=out.completion_tokens,
+        error=out.error,
+        error_message=out.error_message,
     )
 
 
@@ -116,6 +128,7 @@ def summarize(records: list[Record], wall_s: float, config: dict) -> dict:
 
 # ----- gating -----------------------------------------------------------------
 
+
 def load_baseline(path: str) -> dict:
     try:
         data = json.loads(Path(path).read_text())
@@ -138,17 +151,27 @@ def _comparability(summary: dict, baseline: dict) -> list[str]:
     return notes
 
 
-def verdict(summary: dict, *, baseline: dict | None = None, tolerance: float = 0.02,
-            min_accuracy: float | None = None, max_error_rate: float = 0.05) -> tuple[int, str]:
+def verdict(
+    summary: dict,
+    *,
+    baseline: dict | None = None,
+    tolerance: float = 0.02,
+    min_accuracy: float | None = None,
+    max_error_rate: float = 0.05,
+) -> tuple[int, str]:
     """(exit code, reason). Incomplete beats regression: a broken run cannot be judged."""
     acc, n, eps = summary["accuracy"], summary["num_questions"], 1e-9
     if summary.get("interrupted"):
-        return INCOMPLETE, (f"INCOMPLETE: interrupted after {n - summary['errors'].get('interrupted', 0)} of {n} "
-                            f"questions; accuracy {acc:.3f} is not a verdict")
+        return INCOMPLETE, (
+            f"INCOMPLETE: interrupted after {n - summary['errors'].get('interrupted', 0)} of {n} "
+            f"questions; accuracy {acc:.3f} is not a verdict"
+        )
     if summary["error_rate"] > max_error_rate + eps:
         kinds = ", ".join(f"{k}: {v}" for k, v in summary["errors"].items())
-        return INCOMPLETE, (f"INCOMPLETE: {summary['error_count']} of {n} questions failed ({kinds}), "
-                            f"more than --max-error-rate {max_error_rate:g}; accuracy {acc:.3f} is not a verdict")
+        return INCOMPLETE, (
+            f"INCOMPLETE: {summary['error_count']} of {n} questions failed ({kinds}), "
+            f"more than --max-error-rate {max_error_rate:g}; accuracy {acc:.3f} is not a verdict"
+        )
     reasons = []
     if min_accuracy is not None and acc < min_accuracy - eps:
         reasons.append(f"accuracy {acc:.3f} < --min-accuracy {min_accuracy:.3f}")
@@ -220,20 +243,25 @@ def write_records(path: Path, records: list[Record]) -> None:
 def markdown(summary: dict, records: list[Record], verdict_line: str | None) -> str:
     cfg = summary["config"]
     lines = [f"# GSM8K: {summary['accuracy']:.3f} on {summary['num_questions']} questions", ""]
-    lines += [f"- server: `{cfg.get('base_url')}`, model `{cfg.get('model')}`, mode `{cfg.get('mode')}`"
-              f"{' (streamed)' if cfg.get('stream') else ''}",
-              f"- {cfg.get('num_shots')} shots from the train split, temperature {cfg.get('temperature')}, "
-              f"max tokens {cfg.get('max_tokens')}, parallel {cfg.get('parallel')}",
-              f"- questions: {cfg.get('selection')}; data {cfg.get('data_source', 'of unrecorded source')}, "
-              f"sha256 `{str(cfg.get('data_sha256'))[:16]}`",
-              f"- started {cfg.get('started_at')}", ""]
+    lines += [
+        f"- server: `{cfg.get('base_url')}`, model `{cfg.get('model')}`, mode `{cfg.get('mode')}`"
+        f"{' (streamed)' if cfg.get('stream') else ''}",
+        f"- {cfg.get('num_shots')} shots from the train split, temperature {cfg.get('temperature')}, "
+        f"max tokens {cfg.get('max_tokens')}, parallel {cfg.get('parallel')}",
+        f"- questions: {cfg.get('selection')}; data {cfg.get('data_source', 'of unrecorded source')}, "
+        f"sha256 `{str(cfg.get('data_sha256'))[:16]}`",
+        f"- started {cfg.get('started_at')}",
+        "",
+    ]
     if verdict_line:
         lines += [f"**{verdict_line}**", ""]
     lines += ["| metric | value |", "|---|---:|"]
     lines += [f"| {label.strip()} | {value} |" for label, value in summary_rows(summary)]
-    for title, pick in (("Wrong", lambda r: r.error is None and not r.correct and r.extracted_by != "invalid"),
-                        ("Invalid (no number)", lambda r: r.extracted_by == "invalid"),
-                        ("Failed requests", lambda r: r.error is not None)):
+    for title, pick in (
+        ("Wrong", lambda r: r.error is None and not r.correct and r.extracted_by != "invalid"),
+        ("Invalid (no number)", lambda r: r.extracted_by == "invalid"),
+        ("Failed requests", lambda r: r.error is not None),
+    ):
         chosen = [r for r in records if pick(r)]
         if chosen:
             shown = ", ".join(f"{r.id}" + (f" ({r.error})" if r.error else "") for r in chosen[:100])

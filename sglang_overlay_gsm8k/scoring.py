@@ -71,12 +71,12 @@ def gold_answer(answer: str) -> Decimal:
 def extract_prediction(output: str) -> tuple[Decimal | None, str]:
     """(value, how) where how is "####", "answer-is", "last-number" or "invalid"."""
     for m in _HASHES.finditer(output):
-        value = first_number(output[m.end():m.end() + 40].split("\n", 1)[0])
+        value = first_number(output[m.end() : m.end() + 40].split("\n", 1)[0])
         if value is not None:
             return value, "####"
     matches = list(_THE_ANSWER_IS.finditer(output))
     for m in reversed(matches):
-        value = first_number(output[m.end():m.end() + 40].split("\n", 1)[0])
+        value = first_number(output[m.end() : m.end() + 40].split("\n", 1)[0])
         if value is not None:
             return value, "answer-is"
     value = last_number(output)

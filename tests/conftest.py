@@ -54,7 +54,7 @@ INSTALLED_ENV = "SGLANG_OVERLAY_TEST_INSTALLED"
 
 
 def overlay_under_test() -> str:
-    """"installed" or "checkout": which copy of the overlay fresh interpreters and servers import."""
+    """ "installed" or "checkout": which copy of the overlay fresh interpreters and servers import."""
     return "installed" if os.environ.get(INSTALLED_ENV, "").strip() in ("1", "true", "yes") else "checkout"
 
 
@@ -118,11 +118,14 @@ def pytest_ignore_collect(collection_path, config):
 
 def pytest_report_header(config):
     full = full_gsm8k_dir()
-    return [f"installed sglang {_installed_sglang()}, fresh interpreters run the {overlay_under_test()} overlay",
-            f"full GSM8K splits: {full or 'none here (tests that need them are skipped)'}"]
+    return [
+        f"installed sglang {_installed_sglang()}, fresh interpreters run the {overlay_under_test()} overlay",
+        f"full GSM8K splits: {full or 'none here (tests that need them are skipped)'}",
+    ]
 
 
 def pytest_terminal_summary(terminalreporter):
     if NOT_COLLECTED:
-        terminalreporter.write_line(f"release folders not collected for the installed sglang {_installed_sglang()}: "
-                                    + ", ".join(NOT_COLLECTED))
+        terminalreporter.write_line(
+            f"release folders not collected for the installed sglang {_installed_sglang()}: " + ", ".join(NOT_COLLECTED)
+        )

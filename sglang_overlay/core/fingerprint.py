@@ -21,8 +21,14 @@ from pathlib import Path
 
 from sglang_overlay.core.introspection import TargetNotFound, find_definition, sha256_tag
 
-__all__ = ["TargetNotFound", "fingerprint_source", "fingerprint_installed", "installed_file_digest",
-           "module_source_path", "module_file_in_wheel"]
+__all__ = [
+    "TargetNotFound",
+    "fingerprint_source",
+    "fingerprint_installed",
+    "installed_file_digest",
+    "module_source_path",
+    "module_file_in_wheel",
+]
 
 
 def fingerprint_source(source: str, qualname: str) -> str:

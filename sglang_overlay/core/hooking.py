@@ -49,7 +49,9 @@ class _State:
     applied: dict[str, list[str]] = field(default_factory=dict)  # patch id -> targets hooked
     pending: dict[str, list[tuple[Patch, Target]]] = field(default_factory=dict)  # module -> targets
     skipped: dict[str, str] = field(default_factory=dict)  # patch id -> reason
-    originals: dict[str, tuple[object, str, object]] = field(default_factory=dict)  # path -> (owner, attr, raw before hooking)
+    originals: dict[str, tuple[object, str, object]] = field(
+        default_factory=dict
+    )  # path -> (owner, attr, raw before hooking)
     finder: "_DeferredPatchFinder | None" = None
     apply_s: float = 0.0  # time apply() itself took (verification + immediate hooks)
 
@@ -269,4 +271,3 @@ def _apply_unlocked(lock_path, role: str | None = None) -> None:
         sys.meta_path.insert(0, _STATE.finder)
     for module in ready:
         _apply_module(module)
-

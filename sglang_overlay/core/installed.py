@@ -34,6 +34,8 @@ def import_problem() -> str | None:
     try:
         importlib.import_module(HOOK_REGISTRY)
     except Exception as exc:  # any failure of a broken install: a missing dependency, a wrong Python, ...
-        return (f"sglang {version} is installed but does not import ({HOOK_REGISTRY}: {type(exc).__name__}: {exc}); "
-                "install its dependencies (pip install sglang==VERSION without --no-deps)")
+        return (
+            f"sglang {version} is installed but does not import ({HOOK_REGISTRY}: {type(exc).__name__}: {exc}); "
+            "install its dependencies (pip install sglang==VERSION without --no-deps)"
+        )
     return None

@@ -138,9 +138,16 @@ def build_lock(patches, pin: Pin, fingerprint, file_digest) -> dict:
     dependencies = {}
     for patch in patches:
         for dep in patch.depends:
-            entry = dependencies.setdefault(dep.path, {"patch": patch.id, "module": dep.module,
-                                                       "qualname": dep.qualname, "needed_by": dep.needed_by,
-                                                       "fingerprint": fingerprint(dep.module, dep.qualname)})
+            entry = dependencies.setdefault(
+                dep.path,
+                {
+                    "patch": patch.id,
+                    "module": dep.module,
+                    "qualname": dep.qualname,
+                    "needed_by": dep.needed_by,
+                    "fingerprint": fingerprint(dep.module, dep.qualname),
+                },
+            )
             if entry["patch"] != patch.id:  # two patches rely on one definition: both are named
                 entry["patch"] = ",".join(sorted({*entry["patch"].split(","), patch.id}))
     targets = {}
@@ -211,9 +218,11 @@ def regenerate(patches, wheel_files=()) -> tuple[Path, dict, dict | None]:
     same_release = current is not None and current["upstream"]["version"] == version
     wheels = {**(current["upstream"].get("wheels", {}) if same_release else {}), **wheel_entries(wheel_files, version)}
     if not wheels:
-        raise LockError(f"sglang {version} is not the locked version; pass --wheel FILE for each CPython it ships "
-                        "(pip download --no-deps sglang==VERSION --python-version 3.12 ...) so the lock records "
-                        "their sha256")
+        raise LockError(
+            f"sglang {version} is not the locked version; pass --wheel FILE for each CPython it ships "
+            "(pip download --no-deps sglang==VERSION --python-version 3.12 ...) so the lock records "
+            "their sha256"
+        )
     upstream = {k: v for k, v in template["upstream"].items() if k in Pin.__dataclass_fields__}
     pin = Pin(**{**upstream, "package": "sglang", "version": version, "wheels": dict(sorted(wheels.items()))})
     try:

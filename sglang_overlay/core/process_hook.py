@@ -21,7 +21,7 @@ PTH_NAME = "sglang_overlay_process_start.pth"
 PTH_LINE = (
     "import os; exec(\"try:\\n if os.environ.get('SGLANG_OVERLAY_PROCESS_START'):\\n"
     "  from sglang_overlay.process_start import on_interpreter_start; on_interpreter_start()\\n"
-    "except ImportError:\\n pass\")\n"
+    'except ImportError:\\n pass")\n'
 )
 # SGLang starts these without load_plugins(): uvicorn/granian spawn them from an import string and they run
 # the HTTP app, so a patch of the HTTP process (role "http" or "any") would run unpatched there.

@@ -61,7 +61,7 @@ def process_role(caller_hint: str | None = None) -> str:
     except Exception:
         title = ""
     if title.startswith("sglang::"):
-        return title[len("sglang::"):]
+        return title[len("sglang::") :]
     if caller_hint:
         return caller_hint
     if _ENTERED_BY_HOOK:
@@ -90,8 +90,10 @@ def announce(status: dict, role: str | None = None) -> None:
         _ANNOUNCED["role"] = process_role(role)
         patches = sorted(set(status["applied"]) | set(status["pending_patches"]))
         fingerprints = "ok" if not status["skipped"] else "skipped:" + ",".join(sorted(status["skipped"]))
-        line = (f"sglang-overlay: active pid={os.getpid()} role={_ANNOUNCED['role']} "
-                f"patches={','.join(patches) or '-'} fingerprints={fingerprints}")
+        line = (
+            f"sglang-overlay: active pid={os.getpid()} role={_ANNOUNCED['role']} "
+            f"patches={','.join(patches) or '-'} fingerprints={fingerprints}"
+        )
         _log_visibly(line)
         atexit.register(_forget_record)
     write_record(status)
@@ -117,11 +119,17 @@ _LAST_WRITTEN: dict[int, dict] = {}  # pid -> the record this process last wrote
 def write_record(status: dict) -> None:
     """Write this process's record (``core.records``: a private folder, no link followed), unless it is already
     on disk unchanged (SGLang calls load_plugins() more than once in some processes)."""
-    record = {"pid": os.getpid(), "ppid": os.getppid(), "role": _ANNOUNCED.get("role") or process_role(),
-              "host": socket.gethostname(),
-              "applied": status["applied"], "pending_modules": status["pending_modules"],
-              "pending_patches": status["pending_patches"], "skipped": status["skipped"],
-              "overlay_file": str(Path(__file__).resolve().parents[1])}
+    record = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "role": _ANNOUNCED.get("role") or process_role(),
+        "host": socket.gethostname(),
+        "applied": status["applied"],
+        "pending_modules": status["pending_modules"],
+        "pending_patches": status["pending_patches"],
+        "skipped": status["skipped"],
+        "overlay_file": str(Path(__file__).resolve().parents[1]),
+    }
     with _WRITE_LOCK:
         if _LAST_WRITTEN.get(os.getpid()) == record and records.exists(os.getpid()):
             return

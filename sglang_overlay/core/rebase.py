@@ -22,7 +22,17 @@ class RebaseError(RuntimeError):
 
 
 def download_wheel(version: str, dest: str) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", dest, f"sglang=={version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-d",
+        dest,
+        f"sglang=={version}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RebaseError(f"pip download of sglang=={version} failed:\n{proc.stderr.strip()}")

@@ -46,8 +46,19 @@ PATCHES_PACKAGE = "sglang_overlay.patches"
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _KNOB = re.compile(r"^SGLANG_OVERLAY_[A-Z0-9_]+$")
 
-__all__ = ["ANY_UPSTREAM", "HOOK_TYPES", "ROLES", "Dependency", "Knob", "Patch", "RegistryError", "Release",
-           "Target", "discover_patches", "package_name"]
+__all__ = [
+    "ANY_UPSTREAM",
+    "HOOK_TYPES",
+    "ROLES",
+    "Dependency",
+    "Knob",
+    "Patch",
+    "RegistryError",
+    "Release",
+    "Target",
+    "discover_patches",
+    "package_name",
+]
 
 
 def _specifier(text: str, where: str) -> SpecifierSet:
@@ -139,8 +150,10 @@ class Release:
             raise RegistryError(f"release {self.folder or '?'} ({self.upstream}): declares no targets")
         for target in self.targets:
             if target.upstream:
-                raise RegistryError(f"release {self.folder or '?'}: target {target.path} sets upstream= itself; "
-                                    "the release's range is declared once, on the Release")
+                raise RegistryError(
+                    f"release {self.folder or '?'}: target {target.path} sets upstream= itself; "
+                    "the release's range is declared once, on the Release"
+                )
 
     @property
     def specifier(self) -> SpecifierSet:
@@ -211,18 +224,20 @@ class Patch:
         for release in self.releases:
             paths = [t.path for t in (*self.targets, *release.targets)]
             if len(set(paths)) != len(paths):
-                raise RegistryError(f"patch {self.id}: a target is declared twice for release {release.folder} "
-                                    f"({release.upstream})")
+                raise RegistryError(
+                    f"patch {self.id}: a target is declared twice for release {release.folder} ({release.upstream})"
+                )
         own = [t.path for t in self.targets]
         if len(set(own)) != len(own):
             raise RegistryError(f"patch {self.id}: a target is declared twice")
         for i, a in enumerate(self.releases):
-            for b in self.releases[i + 1:]:
+            for b in self.releases[i + 1 :]:
                 witness = overlap(a.specifier, b.specifier)
                 if witness is not None:
                     raise RegistryError(
                         f"patch {self.id}: release folders {a.folder!r} ({a.upstream}) and {b.folder!r} "
-                        f"({b.upstream}) both claim sglang {witness}: a release is served by one folder")
+                        f"({b.upstream}) both claim sglang {witness}: a release is served by one folder"
+                    )
 
     @property
     def all_targets(self) -> tuple[Target, ...]:
@@ -259,8 +274,12 @@ def overlap(a: SpecifierSet, b: SpecifierSet) -> str | None:
     candidates = {"0", "999999"}
     for spec in (*a, *b):
         base = Version(spec.version.rstrip(".*"))
-        candidates |= {str(base), f"{base.base_version}.dev0", f"{base.base_version}.post1",
-                       f"{base.base_version}.9999"}
+        candidates |= {
+            str(base),
+            f"{base.base_version}.dev0",
+            f"{base.base_version}.post1",
+            f"{base.base_version}.9999",
+        }
     for version in sorted(candidates, key=Version):
         if a.contains(version, prereleases=True) and b.contains(version, prereleases=True):
             return version
@@ -288,8 +307,10 @@ def _releases_of(package) -> tuple[Release, ...]:
         prefix = f"{module.__name__}."
         for target in release.targets:
             if not target.hook_module.startswith(prefix):
-                raise RegistryError(f"release folder {module.__name__}: hook {target.hook} of {target.path} lives "
-                                    "outside the folder (a release's code lives in its folder)")
+                raise RegistryError(
+                    f"release folder {module.__name__}: hook {target.hook} of {target.path} lives "
+                    "outside the folder (a release's code lives in its folder)"
+                )
         found.append(release)
     return tuple(found)
 
@@ -305,14 +326,18 @@ def _load_declaration(module_name: str, extra: bool) -> Patch:
         raise RegistryError(f"patch {patch.id}: a patch of the series declares its position (>= 1)")
     for target in patch.targets:
         if target.upstream:
-            raise RegistryError(f"patch {patch.id}: target {target.path} sets upstream={target.upstream!r} by hand; "
-                                "code for a range of releases lives in a release folder (RELEASE = Release(...))")
+            raise RegistryError(
+                f"patch {patch.id}: target {target.path} sets upstream={target.upstream!r} by hand; "
+                "code for a range of releases lives in a release folder (RELEASE = Release(...))"
+            )
     releases = _releases_of(module)
     folders = {f"{module.__name__}.{r.folder}." for r in releases}
     for target in patch.targets:
         if any(target.hook_module.startswith(f) for f in folders):
-            raise RegistryError(f"patch {patch.id}: target {target.path} of every release has its hook {target.hook} "
-                                "in a release folder; declare it in that folder's RELEASE")
+            raise RegistryError(
+                f"patch {patch.id}: target {target.path} of every release has its hook {target.hook} "
+                "in a release folder; declare it in that folder's RELEASE"
+            )
     if not releases and not patch.targets:
         raise RegistryError(f"patch {patch.id}: declares no targets and has no release folder")
     return replace(patch, releases=releases, extra=extra)
@@ -330,8 +355,9 @@ def discover_patches(upstream: str, package: str = PATCHES_PACKAGE, extra: tuple
     """
     series_pkg = importlib.import_module(package)
     names = sorted(m.name for m in pkgutil.iter_modules(series_pkg.__path__) if m.ispkg and not m.name.startswith("_"))
-    series = sorted((_load_declaration(f"{series_pkg.__name__}.{n}", extra=False) for n in names),
-                    key=lambda p: p.position)
+    series = sorted(
+        (_load_declaration(f"{series_pkg.__name__}.{n}", extra=False) for n in names), key=lambda p: p.position
+    )
     found = series + [_load_declaration(n, extra=True) for n in extra]
     _check_unique(series, found)
     if upstream == ANY_UPSTREAM:

@@ -86,8 +86,10 @@ def _fresh_record(proc) -> dict | None:
     try:
         found = records.read(proc.pid)
     except records.UntrustedFolder as exc:
-        raise RecordsUntrusted(f"refusing to read process records: {exc} (only a folder of this user's own, "
-                               "private, holds records this user's processes wrote)") from exc
+        raise RecordsUntrusted(
+            f"refusing to read process records: {exc} (only a folder of this user's own, "
+            "private, holds records this user's processes wrote)"
+        ) from exc
     if found is None:
         return None
     record, written = found
@@ -131,12 +133,21 @@ def server_status(url: str) -> dict:
         record = _fresh_record(proc)
         expected = bool(_expected_roles(title, proc.pid == tree[0].pid) & roles_with_patches)
         role, rank = _role_and_rank(title, record, proc.pid == tree[0].pid)
-        row = {"pid": proc.pid, "title": title.strip(), "overlay": record is not None, "expected": expected,
-               "role": role, "rank": rank, "node": (record or {}).get("host") or socket.gethostname(),
-               "live": sorted((record or {}).get("applied", {})),
-               "patches": sorted(set((record or {}).get("applied", {})) | set((record or {}).get("pending_patches", []))),
-               "applied": (record or {}).get("applied", {}), "pending_modules": (record or {}).get("pending_modules", []),
-               "skipped": (record or {}).get("skipped", {}), "overlay_file": (record or {}).get("overlay_file")}
+        row = {
+            "pid": proc.pid,
+            "title": title.strip(),
+            "overlay": record is not None,
+            "expected": expected,
+            "role": role,
+            "rank": rank,
+            "node": (record or {}).get("host") or socket.gethostname(),
+            "live": sorted((record or {}).get("applied", {})),
+            "patches": sorted(set((record or {}).get("applied", {})) | set((record or {}).get("pending_patches", []))),
+            "applied": (record or {}).get("applied", {}),
+            "pending_modules": (record or {}).get("pending_modules", []),
+            "skipped": (record or {}).get("skipped", {}),
+            "overlay_file": (record or {}).get("overlay_file"),
+        }
         row["ok"] = (record is not None and not row["skipped"]) if expected else not row["skipped"]
         rows.append(row)
     return {"url": url, "port": port, "ok": all(r["ok"] for r in rows), "processes": rows}

@@ -71,8 +71,10 @@ class TargetStatus:
 
     def describe(self) -> str:
         if self.is_dependency:
-            head = (f"patch '{self.patch}' dependency {self.target.path} (called or overridden by its hook module "
-                    f"{self.target.needed_by}, not hooked)")
+            head = (
+                f"patch '{self.patch}' dependency {self.target.path} (called or overridden by its hook module "
+                f"{self.target.needed_by}, not hooked)"
+            )
         else:
             head = f"patch '{self.patch}' target {self.target.path}"
         if self.status is Status.DRIFT:
@@ -115,8 +117,10 @@ def version_problem(pin: lockfile.Pin) -> str | None:
     """None when the installed sglang is the pinned one (or the user opted out)."""
     found = installed.installed_sglang_version()
     if found is None:
-        return (f"sglang-overlay {__version__} found no sglang installed in this environment "
-                f"({sys.prefix}); supported pins: {_supported()}. Install one first (pip install sglang==VERSION).")
+        return (
+            f"sglang-overlay {__version__} found no sglang installed in this environment "
+            f"({sys.prefix}); supported pins: {_supported()}. Install one first (pip install sglang==VERSION)."
+        )
     try:
         same = Version(found) == Version(pin.version)
     except InvalidVersion:
@@ -176,10 +180,10 @@ def make_plan(lock: dict | None = None) -> Plan:
     problem = version_problem(pin)
     if problem is not None:  # another release's sources: their fingerprints would say nothing (nor parse, maybe)
         return Plan(patches, {}, disabled, problem)
-    statuses = {p.id: [target_status(p, t, lock) for t in (*p.targets, *p.depends)]
-                for p in patches if p.id not in disabled}
+    statuses = {
+        p.id: [target_status(p, t, lock) for t in (*p.targets, *p.depends)] for p in patches if p.id not in disabled
+    }
     return Plan(patches, statuses, disabled, None)
-
 
 
 # --------------------------------------------------------------------------- the one readiness rule
@@ -215,7 +219,10 @@ def plugin_discovery() -> tuple[bool, str]:
     """Will SGLang's ``load_plugins()`` run the overlay in this environment? (its entry point, loaded)"""
     eps = [ep for ep in entry_points(group=settings.PLUGIN_GROUP) if ep.name == settings.PLUGIN_NAME]
     if not eps:
-        return False, f"no '{settings.PLUGIN_NAME}' entry point in {settings.PLUGIN_GROUP} (is sglang-overlay installed?)"
+        return (
+            False,
+            f"no '{settings.PLUGIN_NAME}' entry point in {settings.PLUGIN_GROUP} (is sglang-overlay installed?)",
+        )
     try:
         loaded = eps[0].load()
     except Exception as exc:  # what SGLang would log and then start without us

@@ -98,8 +98,9 @@ PIN_FOLDER = _pin_folder()
 def overlay(root, *args) -> subprocess.CompletedProcess:
     env = subprocess_env()
     env["PYTHONPATH"] = str(root)  # this copy's sglang_overlay and patches/, not the installed checkout
-    return subprocess.run([sys.executable, "-m", "sglang_overlay", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_overlay", *args], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 REGENERATE = (("lock",), ("readme",))  # the documented regeneration: the lock, then the README's tables
@@ -109,8 +110,14 @@ def regenerate(root) -> None:
     for step in REGENERATE:
         if step == ("readme",):
             env = {**subprocess_env(), "PYTHONPATH": str(root)}
-            proc = subprocess.run([sys.executable, "scripts/readme_tables.py", "--write"], cwd=root, env=env,
-                                  capture_output=True, text=True, timeout=120)
+            proc = subprocess.run(
+                [sys.executable, "scripts/readme_tables.py", "--write"],
+                cwd=root,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         else:
             proc = overlay(root, *step)
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -136,9 +143,13 @@ def test_adding_a_patch_takes_its_folder_and_its_description(copy):
     (tests / "__init__.py").write_text("")
     (tests / "test_demo_added.py").write_text(PATCH_TEST)
     written_by_hand = changed(copy)
-    assert written_by_hand == {"sglang_overlay/patches/demo_added/__init__.py",
-                               "sglang_overlay/patches/demo_added/hooks.py", "patches/demo-added.md",
-                               "tests/patches/demo_added/__init__.py", "tests/patches/demo_added/test_demo_added.py"}
+    assert written_by_hand == {
+        "sglang_overlay/patches/demo_added/__init__.py",
+        "sglang_overlay/patches/demo_added/hooks.py",
+        "patches/demo-added.md",
+        "tests/patches/demo_added/__init__.py",
+        "tests/patches/demo_added/test_demo_added.py",
+    }
 
     regenerate(copy)
     regenerated = changed(copy) - written_by_hand
@@ -153,14 +164,30 @@ def test_adding_a_patch_takes_its_folder_and_its_description(copy):
     # the registry-derived tests cover it with no edit: declaration, description, lock, README
     env = subprocess_env()
     env["PYTHONPATH"] = str(copy)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
-                           "tests/core/test_overlay_registry.py", "tests/core/test_readme.py",
-                           "tests/patches/demo_added"],
-                          cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "tests/core/test_overlay_registry.py",
+            "tests/core/test_readme.py",
+            "tests/patches/demo_added",
+        ],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    for test in ("test_description_has_sections_and_trailers",
-                 "test_every_target_of_the_installed_release_is_locked_and_its_hook_resolves",
-                 "test_each_patch_and_each_release_folder_has_its_tests_folder"):
+    for test in (
+        "test_description_has_sections_and_trailers",
+        "test_every_target_of_the_installed_release_is_locked_and_its_hook_resolves",
+        "test_each_patch_and_each_release_folder_has_its_tests_folder",
+    ):
         assert f"{test}[demo-added] PASSED" in proc.stdout, proc.stdout[-3000:]
     assert "test_the_readme_tables_are_generated_from_the_registry PASSED" in proc.stdout
 
@@ -183,8 +210,9 @@ def test_a_second_patch_at_a_taken_position_is_refused(tmp_path):
     shutil.copytree(REPO / "sglang_overlay", root / "sglang_overlay", ignore=shutil.ignore_patterns("__pycache__"))
     clash = root / "sglang_overlay" / "patches" / "demo_clash"
     clash.mkdir()
-    (clash / "__init__.py").write_text(DECLARATION.replace("demo-added", "demo-clash").replace("demo_added", "demo_clash")
-                                       .format(position=1))
+    (clash / "__init__.py").write_text(
+        DECLARATION.replace("demo-added", "demo-clash").replace("demo_added", "demo_clash").format(position=1)
+    )
     env = subprocess_env()
     env["PYTHONPATH"] = str(root)
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)

@@ -102,8 +102,14 @@ def _used(path: Path, names: dict) -> dict[str, set[str]]:
         name = None
         if isinstance(node, ast.Attribute):
             name = node.attr
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _ACCESSORS
-              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _ACCESSORS
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
             name = node.args[1].value
         if name in names:
             module, qualname = names[name]
@@ -126,8 +132,10 @@ def test_every_upstream_name_a_hook_uses_is_a_target_or_a_declared_dependency(pa
             used.setdefault(qualified, set()).update(where)
     declared = {t.path for t in patch.targets} | {d.path for d in patch.depends}
     missing = {q: sorted(w) for q, w in used.items() if q not in declared}
-    assert not missing, (f"patch {patch.id} on sglang {VERSION}: upstream definitions its hooks use, neither hooked "
-                         f"nor declared as a Dependency (module, qualname, needed_by): {missing}")
+    assert not missing, (
+        f"patch {patch.id} on sglang {VERSION}: upstream definitions its hooks use, neither hooked "
+        f"nor declared as a Dependency (module, qualname, needed_by): {missing}"
+    )
 
 
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.id)

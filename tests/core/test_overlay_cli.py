@@ -119,17 +119,27 @@ def test_rebase_check_reports_unchanged_changed_and_missing(demo_lock, tmp_path)
     (tmp_path / "b").mkdir()
     changed = _wheel_from_installed(
         tmp_path / "b",
-        {"sglang/srt/mem_cache/radix_cache.py": ("def page_aligned(self, page_size: int) -> RadixKey:\n",
-                                                 "def page_aligned(self, page_size: int) -> RadixKey:\n        page_size = max(page_size, 1)\n")},
+        {
+            "sglang/srt/mem_cache/radix_cache.py": (
+                "def page_aligned(self, page_size: int) -> RadixKey:\n",
+                "def page_aligned(self, page_size: int) -> RadixKey:\n        page_size = max(page_size, 1)\n",
+            )
+        },
     )
     proc = run_cli("rebase-check", "--wheel", str(changed), **env)
     assert proc.returncode == 1
     assert "changed" in proc.stdout
-    rows = {r["target"]: r["status"] for r in json.loads(run_cli("rebase-check", "--wheel", str(changed), "--json", **env).stdout)["targets"]}
+    rows = {
+        r["target"]: r["status"]
+        for r in json.loads(run_cli("rebase-check", "--wheel", str(changed), "--json", **env).stdout)["targets"]
+    }
     assert rows[DEMO_TARGET] == "changed"
     (tmp_path / "c").mkdir()
     gone = _wheel_from_installed(tmp_path / "c", {"sglang/srt/mem_cache/radix_cache.py": None})
-    rows = {r["target"]: r["status"] for r in json.loads(run_cli("rebase-check", "--wheel", str(gone), "--json", **env).stdout)["targets"]}
+    rows = {
+        r["target"]: r["status"]
+        for r in json.loads(run_cli("rebase-check", "--wheel", str(gone), "--json", **env).stdout)["targets"]
+    }
     assert rows[DEMO_TARGET] == "missing"
 
 
@@ -138,8 +148,9 @@ def test_apply_script_reads_the_pin_from_the_lock():
     python = "%d.%d" % sys.version_info[:2]
     for version, folder in [(None, lockfile.pin_dir(lockfile.default_version())), *lockfile.pin_dirs().items()]:
         extra = ["--upstream", version] if version else []  # none: the default pin (patches/pins/default)
-        out = subprocess.run([script, "--print-pin", "--python", sys.executable, *extra], capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            [script, "--print-pin", "--python", sys.executable, *extra], capture_output=True, text=True, check=True
+        ).stdout
         pin = lockfile.read_pin(folder / lockfile.LOCK_NAME)
         assert f"sglang=={pin.version} torch=={pin.torch} torchvision=={pin.torchvision} python {python}" in out
         assert f"wheel {pin.wheels[python]['file']} sha256 {pin.wheels[python]['sha256']}" in out
@@ -147,10 +158,15 @@ def test_apply_script_reads_the_pin_from_the_lock():
 
 def test_apply_script_refuses_unsupported_python_and_unknown_flags(tmp_path):
     fake = tmp_path / "python-3.9"
-    fake.write_text("#!/bin/sh\nif [ \"$1\" = -c ]; then case \"$2\" in *version_info*) echo 3.9; exit 0;; esac; fi\nexec python3 \"$@\"\n")
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = -c ]; then case "$2" in *version_info*) echo 3.9; exit 0;; esac; fi\nexec python3 "$@"\n'
+    )
     fake.chmod(0o755)
-    proc = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--python", str(fake), "--venv", str(tmp_path / "v")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "apply_patches.sh"), "--python", str(fake), "--venv", str(tmp_path / "v")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1 and "Python 3.9 (" in proc.stderr and "is not supported" in proc.stderr
     assert "records wheels for Python 3.11 3.12" in proc.stderr
     assert not (tmp_path / "v").exists()
@@ -165,10 +181,12 @@ def test_apply_script_refuses_a_conflicting_sglang_in_the_environment(tmp_path):
     fake = venv / "bin" / "python"
     fake.write_text(
         "#!/bin/sh\n"
-        "case \"$2\" in *version_info*) echo 3.11;; *metadata*) echo 0.5.19;; *) echo unexpected \"$@\" >&2; exit 9;; esac\n"
+        'case "$2" in *version_info*) echo 3.11;; *metadata*) echo 0.5.19;; *) echo unexpected "$@" >&2; exit 9;; esac\n'
     )
     fake.chmod(0o755)
-    proc = subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), "--venv", str(venv)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "apply_patches.sh"), "--venv", str(venv)], capture_output=True, text=True
+    )
     assert proc.returncode == 1
     assert "a conflicting sglang 0.5.19 is already installed" in proc.stderr
     assert not (venv / ".sglang-overlay-incomplete").exists()
@@ -176,17 +194,38 @@ def test_apply_script_refuses_a_conflicting_sglang_in_the_environment(tmp_path):
 
 def test_every_subpackage_ships_in_a_built_wheel(tmp_path):
     """setup.py finds every package (a new patch folder needs no edit); patches/ ships as sglang_overlay.data."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                           "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     wheel = next(tmp_path.glob("sglang_overlay-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-    on_disk = {p.relative_to(REPO).as_posix() for root in ("sglang_overlay", "sglang_overlay_gsm8k")
-               for p in (REPO / root).rglob("*.py") if "__pycache__" not in p.parts}
+    on_disk = {
+        p.relative_to(REPO).as_posix()
+        for root in ("sglang_overlay", "sglang_overlay_gsm8k")
+        for p in (REPO / root).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert on_disk <= names, sorted(on_disk - names)
-    data = {f"sglang_overlay/data/{p.relative_to(REPO / 'patches').as_posix()}"
-            for p in (REPO / "patches").rglob("*") if p.is_file()
-            and (p.name in ("upstream.lock", "default") or p.suffix == ".md")}
+    data = {
+        f"sglang_overlay/data/{p.relative_to(REPO / 'patches').as_posix()}"
+        for p in (REPO / "patches").rglob("*")
+        if p.is_file() and (p.name in ("upstream.lock", "default") or p.suffix == ".md")
+    }
     assert data and data <= names, sorted(data - names)
     assert "sglang_overlay/data/pins/default" in names and "sglang_overlay_process_start.pth" in names

@@ -38,7 +38,10 @@ def upstream_module(tmp_path, monkeypatch):
 
 
 PATCH = Patch(
-    id="fake", title="t", description="-", role="any",
+    id="fake",
+    title="t",
+    description="-",
+    role="any",
     targets=(Target("fakeupstream.cache", "Cache.evict", "x:y"), Target("fakeupstream.cache", "helper", "x:z")),
 )
 PIN = lockfile.Pin("sglang", "0", "t", "tv", {"3.11": {"file": "w", "sha256": "s"}})
@@ -63,7 +66,9 @@ def test_unchanged_file_matches_without_parsing(upstream_module, monkeypatch):
 
 def test_comment_and_formatting_changes_still_match_through_the_ast(upstream_module):
     lock = lock_now()
-    upstream_module.write_text(SOURCE.replace("# upstream comment", "# reworded").replace("return x + 1", "return (x + 1)"))
+    upstream_module.write_text(
+        SOURCE.replace("# upstream comment", "# reworded").replace("return x + 1", "return (x + 1)")
+    )
     assert statuses(lock) == ["match", "match"]
 
 

@@ -62,7 +62,7 @@ print("REPORT" + json.dumps({"before": before, "after": status(), "lazy": lazy,
 def report(proc):
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT")][-1]
-    return json.loads(line[len("REPORT"):])
+    return json.loads(line[len("REPORT") :])
 
 
 def test_load_plugins_applies_lazily_through_entry_point(demo_lock):
@@ -187,7 +187,11 @@ def test_missing_target_refuses_start(tmp_path):
         "PATCH = Patch(id='demo-missing', title='t', description='-', role='any', targets=(\n"
         "  Target('sglang.srt.mem_cache.radix_cache', 'RadixKey.no_such_method', 'tests.support.demo_patch:count_page_aligned'),))\n"
     )
-    proc = run_python(LOAD_ONLY, SGLANG_OVERLAY_EXTRA_PATCHES="missing_patch", PYTHONPATH=f"{tmp_path}:{__import__('tests.conftest').conftest.REPO}")
+    proc = run_python(
+        LOAD_ONLY,
+        SGLANG_OVERLAY_EXTRA_PATCHES="missing_patch",
+        PYTHONPATH=f"{tmp_path}:{__import__('tests.conftest').conftest.REPO}",
+    )
     assert proc.returncode == 1
     assert "patch 'demo-missing'" in proc.stderr and "target missing" in proc.stderr
     assert "no_such_method" in proc.stderr
@@ -207,7 +211,11 @@ def test_hook_that_did_not_take_fails_at_import(tmp_path):
     from sglang_overlay.core import lockfile
 
     lock.write_text(lockfile.default_lock_path().read_text())
-    env = {"SGLANG_OVERLAY_EXTRA_PATCHES": "class_patch", "SGLANG_OVERLAY_LOCK": str(lock), "PYTHONPATH": f"{tmp_path}:{REPO}"}
+    env = {
+        "SGLANG_OVERLAY_EXTRA_PATCHES": "class_patch",
+        "SGLANG_OVERLAY_LOCK": str(lock),
+        "PYTHONPATH": f"{tmp_path}:{REPO}",
+    }
     assert run_cli("lock", "--include-extra", **env).returncode == 0
     proc = run_python(LOAD_ONLY, **env)
     assert proc.returncode != 0
@@ -225,13 +233,22 @@ def test_wrong_sglang_version_refuses_unless_opted_out(demo_lock, tmp_path):
     lock = lock_with(demo_lock, tmp_path, lambda d: d["upstream"].update(version=other))
     proc = run_python(LOAD_ONLY, **demo_env(lock))
     assert proc.returncode == 1
-    assert f"sglang-overlay 0.1.0 does not support the installed sglang {found}: its lock pins sglang=={other}" in proc.stderr
+    assert (
+        f"sglang-overlay 0.1.0 does not support the installed sglang {found}: its lock pins sglang=={other}"
+        in proc.stderr
+    )
     proc = run_python(LOAD_ONLY, **demo_env(lock, SGLANG_OVERLAY_ALLOW_UNPINNED="1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "demo-radix-key" in proc.stdout
     # Opting out of the version pin still enforces per-target fingerprints.
-    both = lock_with(demo_lock, tmp_path, lambda d: (d["upstream"].update(version=other),
-                                                     d["targets"][DEMO_TARGET].update(fingerprint="sha256:" + "1" * 64)))
+    both = lock_with(
+        demo_lock,
+        tmp_path,
+        lambda d: (
+            d["upstream"].update(version=other),
+            d["targets"][DEMO_TARGET].update(fingerprint="sha256:" + "1" * 64),
+        ),
+    )
     proc = run_python(LOAD_ONLY, **demo_env(both, SGLANG_OVERLAY_ALLOW_UNPINNED="1"))
     assert proc.returncode == 1 and "fingerprint drift" in proc.stderr
 

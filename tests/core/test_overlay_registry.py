@@ -114,17 +114,23 @@ def _write_package(root, name: str, folders: dict[str, str], extra_patch: str = 
     pkg = root / name
     (pkg / "demo").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "demo" / "__init__.py").write_text(textwrap.dedent("""
+    (pkg / "demo" / "__init__.py").write_text(
+        textwrap.dedent("""
         from sglang_overlay.core.registry import Patch
         PATCH = Patch(id="demo", title="t", description="demo.md", role="scheduler", position=1)
-    """))
+    """)
+    )
     for folder, spec in folders.items():
         (pkg / "demo" / folder).mkdir()
-        (pkg / "demo" / folder / "hooks.py").write_text("def around(original, *a, **k):\n    return original(*a, **k)\n")
-        (pkg / "demo" / folder / "__init__.py").write_text(textwrap.dedent(f"""
+        (pkg / "demo" / folder / "hooks.py").write_text(
+            "def around(original, *a, **k):\n    return original(*a, **k)\n"
+        )
+        (pkg / "demo" / folder / "__init__.py").write_text(
+            textwrap.dedent(f"""
             from sglang_overlay.core.registry import Release, Target
             RELEASE = Release({spec!r}, targets=(Target("sglang.srt.x", "A.f", f"{{__name__}}.hooks:around"),))
-        """))
+        """)
+        )
     if extra_patch:
         (pkg / "other").mkdir()
         (pkg / "other" / "__init__.py").write_text(textwrap.dedent(extra_patch))
@@ -169,7 +175,9 @@ def test_a_release_outside_every_folder_has_no_series_entry(package):
 
 def test_overlapping_folders_are_refused_at_discovery(package):
     pkg = package({"hiradix": "<0.5.24", "unified": ">=0.5.23"})
-    with pytest.raises(RegistryError, match=r"'hiradix' \(<0.5.24\) and 'unified' \(>=0.5.23\) both claim sglang 0.5.23"):
+    with pytest.raises(
+        RegistryError, match=r"'hiradix' \(<0.5.24\) and 'unified' \(>=0.5.23\) both claim sglang 0.5.23"
+    ):
         discover_patches(ANY_UPSTREAM, package=pkg)
 
 
@@ -182,11 +190,14 @@ def test_a_release_folders_hook_must_live_in_the_folder(package, tmp_path):
 
 
 def test_a_target_hooked_by_two_patches_is_refused(package):
-    pkg = package({"unified": ">=0.5.23"}, extra_patch="""
+    pkg = package(
+        {"unified": ">=0.5.23"},
+        extra_patch="""
         from sglang_overlay.core.registry import Patch, Target
         PATCH = Patch(id="other", title="t", description="o.md", role="any", position=2,
                       targets=(Target("sglang.srt.x", "A.f", "elsewhere:f"),))
-    """)
+    """,
+    )
     with pytest.raises(RegistryError, match="sglang.srt.x.A.f is hooked by two patches: demo and other"):
         discover_patches(ANY_UPSTREAM, package=pkg)
 

@@ -162,6 +162,8 @@ def test_check_is_not_ok_when_the_installed_sglang_does_not_import(monkeypatch):
     monkeypatch.setattr(installed.importlib, "import_module", import_module)
     report = cli._check_report(plan, ["sglang-overlay"])
     assert report["ok"] is False and report["problems"] == []  # every target matches: only the import fails
-    expected = (f"sglang {installed.installed_sglang_version()} is installed but does not import "
-                "(sglang.srt.plugins.hook_registry: ModuleNotFoundError")
+    expected = (
+        f"sglang {installed.installed_sglang_version()} is installed but does not import "
+        "(sglang.srt.plugins.hook_registry: ModuleNotFoundError"
+    )
     assert any(p.startswith(expected) for p in report["readiness"]), report["readiness"]

@@ -157,8 +157,14 @@ def served(tmp_path):
     def start(**env):
         port = _free_port()
         env = subprocess_env(SGLANG_OVERLAY_STATUS_DIR=str(tmp_path / "records"), **env)
-        proc = subprocess.Popen([sys.executable, "-c", SERVE, str(port)], cwd=REPO, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SERVE, str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(proc)
         assert proc.stdout.readline().strip() == "READY", proc.stderr.read()[-2000:]
         return port, env
@@ -170,8 +176,14 @@ def served(tmp_path):
 
 
 def status(port: int, env: dict) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, "-m", "sglang_overlay", "status", "--url", f"http://127.0.0.1:{port}",
-                           "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_overlay", "status", "--url", f"http://127.0.0.1:{port}", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc.returncode, json.loads(proc.stdout)
 
 
@@ -212,8 +224,14 @@ def test_a_record_is_removed_when_its_process_ends(tmp_path):
 
 def test_the_status_table_is_one_line_per_process_within_100_columns(served):
     port, env = served()
-    proc = subprocess.run([sys.executable, "-m", "sglang_overlay", "status", "--url", f"http://127.0.0.1:{port}"],
-                          cwd=REPO, env={**env, "COLUMNS": "100"}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_overlay", "status", "--url", f"http://127.0.0.1:{port}"],
+        cwd=REPO,
+        env={**env, "COLUMNS": "100"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert max(map(len, lines)) <= 100, "\n".join(lines)

@@ -99,7 +99,8 @@ def test_check_and_launch_refuse_what_the_rule_refuses(no_hook):
     report = cli._check_report(plan, [])
     assert report["ok"] is False and any("process-start hook" in p for p in report["readiness"])
     assert cli._check_report(plan, ["sglang-overlay", "--model-path", "m"])["readiness"] == verify.ready(
-        plan, argv=["sglang-overlay", "--model-path", "m"], environment=True)
+        plan, argv=["sglang-overlay", "--model-path", "m"], environment=True
+    )
 
 
 def test_a_whitelist_without_the_overlay_is_a_launch_problem(monkeypatch):
@@ -165,11 +166,10 @@ def test_check_lists_dependencies_beside_targets():
 def test_rebase_check_reports_a_changed_dependency(tmp_path):
     """A wheel whose copy of one dependency's module has that definition changed: the dependency is
     ``changed``, with the hook module that needs it; targets elsewhere are reported apart."""
+    import ast
     import zipfile
 
     from sglang_overlay.core import fingerprint, rebase
-
-    import ast
 
     for path, entry in sorted(lockfile.read_lock()["dependencies"].items()):  # the first that is a function
         source = fingerprint.module_source_path(entry["module"]).read_text(encoding="utf-8")

@@ -45,6 +45,8 @@ from tests.support.proc import HOOK_REPORT, hook_report
 pytestmark = pytest.mark.ci_slow
 
 APPENDED = "_sglang_overlay_rebase_walk = None"  # the "upstream change": one statement at the end of a body
+
+
 def _record_line(name: str, data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"{name},sha256={digest},{len(data)}"
@@ -71,6 +73,7 @@ def build_wheel(package_dir: Path, version: str, new_version: str, edits: dict[s
     wheel = out / f"sglang-{new_version}-{tag}-{tag}-linux_x86_64.whl"
     record = []
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
+
         def add(name: str, data: bytes) -> None:
             zf.writestr(name, data)
             record.append(_record_line(name, data))
@@ -83,8 +86,10 @@ def build_wheel(package_dir: Path, version: str, new_version: str, edits: dict[s
         metadata = dist.read_text("METADATA").replace(f"\nVersion: {version}\n", f"\nVersion: {new_version}\n", 1)
         assert f"Version: {new_version}" in metadata
         add(f"{info}/METADATA", metadata.encode())
-        add(f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: sglang-overlay-tests\nRoot-Is-Purelib: true\n"
-                             b"Tag: py3-none-any\n")
+        add(
+            f"{info}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: sglang-overlay-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         add(f"{info}/top_level.txt", b"sglang\n")
         zf.writestr(f"{info}/RECORD", "\n".join(record + [f"{info}/RECORD,,"]) + "\n")
     return wheel
@@ -113,8 +118,24 @@ def release(tmp_path_factory):
     out = tmp_path_factory.mktemp("release")
     wheel = build_wheel(package_dir, version, new_version, {rel: edited}, out)
     site = out / "site"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-                          "--no-index", "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=600)
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-compile",
+            "--no-index",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert pip.returncode == 0, pip.stderr[-3000:]
     return dict(wheel=wheel, site=site, version=version, new=new_version, target=path, old_lock=lock)
 
@@ -128,8 +149,11 @@ def overlay(root: Path, *args: str, site: Path | None = None, code: str | None =
 
 
 def test_the_release_is_what_users_would_install(copy, release):
-    proc = overlay(copy, site=release["site"], code="import importlib.metadata, sglang; "
-                   "print(importlib.metadata.version('sglang'), sglang.__file__)")
+    proc = overlay(
+        copy,
+        site=release["site"],
+        code="import importlib.metadata, sglang; print(importlib.metadata.version('sglang'), sglang.__file__)",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     version, origin = proc.stdout.split()
     assert version == release["new"] and origin.startswith(str(release["site"]))
@@ -164,8 +188,9 @@ def test_steps3_to_6_lock_check_hook(copy, release):
     old = release["old_lock"]
     python = "%d.%d" % sys.version_info[:2]
     assert data["upstream"]["version"] == new
-    assert data["upstream"]["wheels"] == {python: {"file": release["wheel"].name,
-                                                   "sha256": lockfile.sha256_file(release["wheel"])}}
+    assert data["upstream"]["wheels"] == {
+        python: {"file": release["wheel"].name, "sha256": lockfile.sha256_file(release["wheel"])}
+    }
     assert set(data["targets"]) == set(old["targets"])
     differing = {p for p in old["targets"] if data["targets"][p]["fingerprint"] != old["targets"][p]["fingerprint"]}
     assert differing == {release["target"]}

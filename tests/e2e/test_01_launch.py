@@ -26,7 +26,9 @@ def server(request, server_pool):
 
 
 def active_lines(server) -> list[tuple[int, str, set, str]]:
-    return [(int(pid), role, set(patches.split(",")), fp) for pid, role, patches, fp in ACTIVE.findall(server.log_text())]
+    return [
+        (int(pid), role, set(patches.split(",")), fp) for pid, role, patches, fp in ACTIVE.findall(server.log_text())
+    ]
 
 
 def test_launched_through_the_configured_launcher(server):
@@ -40,11 +42,15 @@ def test_completions_and_chat_with_the_openai_client(server):
     model = client.models.list().data[0].id
     comp = client.completions.create(model=model, prompt="Natalia sold clips", max_tokens=6, temperature=0)
     assert comp.choices[0].finish_reason == "length" and comp.usage.completion_tokens == 6
-    chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "How many clips?"}],
-                                          max_tokens=6, temperature=0)
+    chat = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "How many clips?"}], max_tokens=6, temperature=0
+    )
     assert chat.choices[0].finish_reason == "length" and chat.usage.completion_tokens == 6
-    chunks = list(client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
-                                                 max_tokens=6, temperature=0, stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=6, temperature=0, stream=True
+        )
+    )
     assert chunks and chunks[-1].choices[0].finish_reason == "length"
 
 

@@ -35,7 +35,8 @@ def test_each_tokenizer_worker_announces_the_overlay_once(server):
     workers = {p.pid for p in worker_processes(server)}
     announced = [pid for pid, role, patches, fp in active_lines(server) if pid in workers]
     assert sorted(announced) == sorted(workers), (
-        f"tokenizer workers {sorted(workers)} announced {announced}: a worker without the overlay")
+        f"tokenizer workers {sorted(workers)} announced {announced}: a worker without the overlay"
+    )
 
 
 def test_status_shows_the_overlay_in_each_worker(server):

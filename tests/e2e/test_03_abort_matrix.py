@@ -51,7 +51,14 @@ from tests.support.real_server.server import VENV_BIN
 
 pytestmark = pytest.mark.e2e
 
-CONFIGS = [OVERLAY_PICKLE_W2, OVERLAY_MSGPACK_W2, OVERLAY_MSGPACK, OVERLAY_PICKLE_CLI, UPSTREAM_PICKLE, UPSTREAM_MSGPACK]
+CONFIGS = [
+    OVERLAY_PICKLE_W2,
+    OVERLAY_MSGPACK_W2,
+    OVERLAY_MSGPACK,
+    OVERLAY_PICKLE_CLI,
+    UPSTREAM_PICKLE,
+    UPSTREAM_MSGPACK,
+]
 MESSAGE = {"priority": "priority is disabled", "queue_full": "queue is full", "running_timeout": "running timeout"}
 CASES = (
     [("priority", r, s) for r in ("completions", "chat") for s in (False, True)]
@@ -65,39 +72,41 @@ LONG = 3500  # tokens: decoding runs well past the 4 s running timeout
 # (key: ipc, trigger, route, stream). Losses: msgpack turns every streamed 503 into a graceful abort
 # (Anthropic: a normal "ok" end), and non-stream /v1/messages reports a 503 as 500 api_error under both codecs.
 UPSTREAM: dict[tuple, str] = {
-    ('msgpack', 'priority', 'chat', False): 'http_error 503',
-    ('msgpack', 'priority', 'chat', True): 'graceful_abort 200',
-    ('msgpack', 'priority', 'completions', False): 'http_error 503',
-    ('msgpack', 'priority', 'completions', True): 'graceful_abort 200',
-    ('msgpack', 'queue_full', 'chat', False): 'http_error 503',
-    ('msgpack', 'queue_full', 'chat', True): 'graceful_abort 200',
-    ('msgpack', 'queue_full', 'completions', False): 'http_error 503',
-    ('msgpack', 'queue_full', 'completions', True): 'graceful_abort 200',
-    ('msgpack', 'queue_full', 'messages', False): 'http_error 500 api_error',
-    ('msgpack', 'queue_full', 'messages', True): 'ok 200',
-    ('msgpack', 'running_timeout', 'chat', True): 'graceful_abort 200',
-    ('msgpack', 'running_timeout', 'completions', False): 'http_error 503',
-    ('msgpack', 'running_timeout', 'completions', True): 'graceful_abort 200',
-    ('msgpack', 'running_timeout', 'messages', True): 'ok 200',
-    ('pickle', 'priority', 'chat', False): 'http_error 503',
-    ('pickle', 'priority', 'chat', True): 'sse_error 200 code=503 first-event',
-    ('pickle', 'priority', 'completions', False): 'http_error 503',
-    ('pickle', 'priority', 'completions', True): 'sse_error 200 code=503 first-event',
-    ('pickle', 'queue_full', 'chat', False): 'http_error 503',
-    ('pickle', 'queue_full', 'chat', True): 'sse_error 200 code=503 first-event',
-    ('pickle', 'queue_full', 'completions', False): 'http_error 503',
-    ('pickle', 'queue_full', 'completions', True): 'sse_error 200 code=503 first-event',
-    ('pickle', 'queue_full', 'messages', False): 'http_error 500 api_error',
-    ('pickle', 'queue_full', 'messages', True): 'sse_error 200 overloaded_error first-event',
-    ('pickle', 'running_timeout', 'chat', True): 'sse_error 200 code=503 after-content',
-    ('pickle', 'running_timeout', 'completions', False): 'http_error 503',
-    ('pickle', 'running_timeout', 'completions', True): 'sse_error 200 code=503 after-content',
-    ('pickle', 'running_timeout', 'messages', True): 'sse_error 200 overloaded_error after-content',
+    ("msgpack", "priority", "chat", False): "http_error 503",
+    ("msgpack", "priority", "chat", True): "graceful_abort 200",
+    ("msgpack", "priority", "completions", False): "http_error 503",
+    ("msgpack", "priority", "completions", True): "graceful_abort 200",
+    ("msgpack", "queue_full", "chat", False): "http_error 503",
+    ("msgpack", "queue_full", "chat", True): "graceful_abort 200",
+    ("msgpack", "queue_full", "completions", False): "http_error 503",
+    ("msgpack", "queue_full", "completions", True): "graceful_abort 200",
+    ("msgpack", "queue_full", "messages", False): "http_error 500 api_error",
+    ("msgpack", "queue_full", "messages", True): "ok 200",
+    ("msgpack", "running_timeout", "chat", True): "graceful_abort 200",
+    ("msgpack", "running_timeout", "completions", False): "http_error 503",
+    ("msgpack", "running_timeout", "completions", True): "graceful_abort 200",
+    ("msgpack", "running_timeout", "messages", True): "ok 200",
+    ("pickle", "priority", "chat", False): "http_error 503",
+    ("pickle", "priority", "chat", True): "sse_error 200 code=503 first-event",
+    ("pickle", "priority", "completions", False): "http_error 503",
+    ("pickle", "priority", "completions", True): "sse_error 200 code=503 first-event",
+    ("pickle", "queue_full", "chat", False): "http_error 503",
+    ("pickle", "queue_full", "chat", True): "sse_error 200 code=503 first-event",
+    ("pickle", "queue_full", "completions", False): "http_error 503",
+    ("pickle", "queue_full", "completions", True): "sse_error 200 code=503 first-event",
+    ("pickle", "queue_full", "messages", False): "http_error 500 api_error",
+    ("pickle", "queue_full", "messages", True): "sse_error 200 overloaded_error first-event",
+    ("pickle", "running_timeout", "chat", True): "sse_error 200 code=503 after-content",
+    ("pickle", "running_timeout", "completions", False): "http_error 503",
+    ("pickle", "running_timeout", "completions", True): "sse_error 200 code=503 after-content",
+    ("pickle", "running_timeout", "messages", True): "sse_error 200 overloaded_error after-content",
 }
 # What later releases changed of that, observed on this tier's servers, by the release that changed it:
 # 0.5.23 reports the non-stream /v1/messages 503 as Anthropic's typed overloaded_error (both codecs).
 UPSTREAM_CHANGES: dict[str, dict[tuple, str]] = {
-    "0.5.23": {(ipc, "queue_full", "messages", False): "http_error 503 overloaded_error" for ipc in ("pickle", "msgpack")},
+    "0.5.23": {
+        (ipc, "queue_full", "messages", False): "http_error 503 overloaded_error" for ipc in ("pickle", "msgpack")
+    },
 }
 _INSTALLED = Version(importlib.metadata.version("sglang"))
 for _release, _changes in UPSTREAM_CHANGES.items():
@@ -152,7 +161,9 @@ def test_abort_cell(server, trigger, route, stream):
         if want is None:  # upstream's non-stream /v1/messages outcome (its pickle cell), unchanged by the overlay
             assert got == UPSTREAM[("pickle", trigger, route, stream)], f"{key}: {got!r} differs from upstream"
             return
-        assert got == want, f"{key}: got {outcome.brief()!r} ({outcome.message!r}), want {want!r}\n{outcome.raw[-1500:]}"
+        assert got == want, (
+            f"{key}: got {outcome.brief()!r} ({outcome.message!r}), want {want!r}\n{outcome.raw[-1500:]}"
+        )
         assert MESSAGE[trigger] in outcome.message.lower(), f"{key}: lost the real message: {outcome.message!r}"
         if outcome.kind == "sse_error" and route != "messages":
             assert outcome.done, f"{key}: no data: [DONE] after the error event"
@@ -169,8 +180,12 @@ def test_no_request_state_left_and_healthy(server):
 
 
 def test_status_command_exit_code_matches_the_overlay(server):
-    result = subprocess.run([str(VENV_BIN / "sglang-overlay"), "status", "--url", server.url, "--json"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(VENV_BIN / "sglang-overlay"), "status", "--url", server.url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     report = json.loads(result.stdout)
     if server.config.overlay:
         assert result.returncode == 0 and report["ok"], result.stdout

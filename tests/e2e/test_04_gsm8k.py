@@ -25,10 +25,28 @@ pytestmark = pytest.mark.e2e
 def test_gsm8k_runner_against_the_real_server(server_pool, tmp_path, mode):
     server = server_pool.get(OVERLAY_PLAIN)
     out = tmp_path / mode
-    cmd = [str(VENV_BIN / "sglang-overlay"), "gsm8k", "--base-url", server.url, "--data-dir",
-           str(REPO / "tests" / "data" / "gsm8k"), "--num-questions", "10", "--output", str(out),
-           "--min-accuracy", "0", "--max-tokens", "48", "--parallel", "2", "--mode", mode,
-           "--no-download", "--no-progress"]
+    cmd = [
+        str(VENV_BIN / "sglang-overlay"),
+        "gsm8k",
+        "--base-url",
+        server.url,
+        "--data-dir",
+        str(REPO / "tests" / "data" / "gsm8k"),
+        "--num-questions",
+        "10",
+        "--output",
+        str(out),
+        "--min-accuracy",
+        "0",
+        "--max-tokens",
+        "48",
+        "--parallel",
+        "2",
+        "--mode",
+        mode,
+        "--no-download",
+        "--no-progress",
+    ]
     if mode == "chat":
         cmd.append("--stream")
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
@@ -46,9 +64,29 @@ def test_gsm8k_runner_against_the_real_server(server_pool, tmp_path, mode):
 
 def _ab(server_pool, out, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     upstream, overlay = server_pool.get(UPSTREAM_PLAIN), server_pool.get(OVERLAY_PLAIN)
-    cmd = [str(VENV_BIN / "sglang-overlay"), "gsm8k", "--base-url", upstream.url, "--against", overlay.url,
-           "--data-dir", str(REPO / "tests" / "data" / "gsm8k"), "--num-questions", "20", "--max-tokens", "48",
-           "--parallel", "1", "--max-flips", "0", "--output", str(out), "--no-download", "--no-progress", *extra]
+    cmd = [
+        str(VENV_BIN / "sglang-overlay"),
+        "gsm8k",
+        "--base-url",
+        upstream.url,
+        "--against",
+        overlay.url,
+        "--data-dir",
+        str(REPO / "tests" / "data" / "gsm8k"),
+        "--num-questions",
+        "20",
+        "--max-tokens",
+        "48",
+        "--parallel",
+        "1",
+        "--max-flips",
+        "0",
+        "--output",
+        str(out),
+        "--no-download",
+        "--no-progress",
+        *extra,
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
     return result, summary

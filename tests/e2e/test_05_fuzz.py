@@ -76,8 +76,10 @@ def _call(server, case):
     except requests.exceptions.ConnectionError as exc:
         status = server.process.poll()
         state = "running" if status is None else f"exited with status {status}"
-        raise AssertionError(f"{server.config.name} stopped answering ({exc!r:.200}); its root process is {state}. "
-                             f"Log tail ({server.log_path}):\n{server.log_tail(80)}") from exc
+        raise AssertionError(
+            f"{server.config.name} stopped answering ({exc!r:.200}); its root process is {state}. "
+            f"Log tail ({server.log_path}):\n{server.log_tail(80)}"
+        ) from exc
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +95,13 @@ def test_no_overlay_only_server_errors(servers, path):
     overlay_only: list[str] = []
     seen = {"cases": 0, "5xx": 0}
 
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(case=operation.as_strategy())
     def check(case):
         case.body = _clamp(case.body)
@@ -105,8 +112,9 @@ def test_no_overlay_only_server_errors(servers, path):
             seen["5xx"] += 1
             theirs = _call(upstream, case)
             if theirs.status_code < 500:
-                overlay_only.append(f"{mine.status_code} vs upstream {theirs.status_code}: {case.body!r:.300} "
-                                    f"-> {mine.text[:300]}")
+                overlay_only.append(
+                    f"{mine.status_code} vs upstream {theirs.status_code}: {case.body!r:.300} -> {mine.text[:300]}"
+                )
 
     check()
     assert seen["cases"] >= MAX_EXAMPLES // 2, seen

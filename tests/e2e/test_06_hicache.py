@@ -27,9 +27,11 @@ from tests.support.real_server.server import run_status
 pytestmark = pytest.mark.e2e
 
 CACHED = re.compile(r"#cached-token: (\d+)")
-HOOKS_0_5_23 = ["sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._load_back_transfers",
-                "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._execute_kv_backup",
-                "sglang.srt.mem_cache.allocator.base.BaseTokenToKVPoolAllocator.evict_to_free_tokens"]
+HOOKS_0_5_23 = [
+    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._load_back_transfers",
+    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._execute_kv_backup",
+    "sglang.srt.mem_cache.allocator.base.BaseTokenToKVPoolAllocator.evict_to_free_tokens",
+]
 
 
 def prompts() -> list[str]:
@@ -39,7 +41,7 @@ def prompts() -> list[str]:
     through the four pushes each prefix out of the device before it comes back: its reuse goes through
     the host tier (write-through backup, then load-back through the stand-in copy)."""
     lines = [json.loads(x) for x in GSM8K_TRAIN.read_text().splitlines()[:32]]
-    prefixes = [" ".join(r["question"] + " " + r["answer"] for r in lines[i * 8:(i + 1) * 8]) for i in range(4)]
+    prefixes = [" ".join(r["question"] + " " + r["answer"] for r in lines[i * 8 : (i + 1) * 8]) for i in range(4)]
     rounds = []
     for tail in (" Question: how many?", " Question: how much?"):
         rounds += [p[:1200] + tail for p in prefixes]
@@ -50,8 +52,10 @@ def run(server) -> list[str]:
     outs = []
     with httpx.Client(timeout=120) as client:
         for prompt in prompts():
-            r = client.post(f"{server.url}/v1/completions",
-                            json={"model": "default", "prompt": prompt, "max_tokens": 12, "temperature": 0})
+            r = client.post(
+                f"{server.url}/v1/completions",
+                json={"model": "default", "prompt": prompt, "max_tokens": 12, "temperature": 0},
+            )
             assert r.status_code == 200, r.text
             outs.append(r.json()["choices"][0]["text"])
     return outs

@@ -55,10 +55,16 @@ def _read_until(lines: _Lines, pattern: str, timeout_s: float, seen: list[str]) 
 
 def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model, tmp_path):
     env = subprocess_env(COLUMNS="200")
-    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "demo.py"), "--tokenizer-worker-num", "2",
-                             "--log-dir", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            preexec_fn=with_default_sigint)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "demo.py"), "--tokenizer-worker-num", "2", "--log-dir", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=with_default_sigint,
+    )
     seen: list[str] = []
     lines = _Lines(proc.stdout)
     try:
@@ -70,8 +76,9 @@ def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model,
         assert "tokenizer_worker" in table and "scheduler" in table, table[-3000:]
         model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
         assert f'"model": "{model}"' in "".join(seen)  # the printed curl line works as printed
-        reply = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": "Question: 2+2?",
-                                                          "max_tokens": 4}, timeout=120)
+        reply = httpx.post(
+            f"{url}/v1/completions", json={"model": model, "prompt": "Question: 2+2?", "max_tokens": 4}, timeout=120
+        )
         assert reply.status_code == 200 and reply.json()["choices"][0]["text"] is not None
         launched = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         assert len(launched) >= 4  # launcher, server, scheduler, detokenizer, workers
@@ -82,7 +89,9 @@ def test_demo_serves_with_the_overlay_everywhere_and_stops_on_ctrl_c(tiny_model,
         rest = "".join(iter(lambda: lines.queue.get(timeout=10), None))
         assert "server stopped" in rest and "killed leftovers" not in rest, rest
         time.sleep(1)
-        alive = [pid for pid in launched if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        alive = [
+            pid for pid in launched if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        ]
         assert alive == [], alive
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{url}/health", timeout=5)

@@ -11,8 +11,10 @@ from sglang_overlay_gsm8k.client import ClientConfig, Runner, RunnerError, api_r
 
 
 def _completion(text="#### 4", finish="stop", tokens=2):
-    return {"choices": [{"index": 0, "text": text, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens}}
+    return {
+        "choices": [{"index": 0, "text": text, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens},
+    }
 
 
 def _sse(*chunks, done=True):
@@ -55,13 +57,22 @@ def test_success_and_the_request_body():
     request, body = server.bodies[0]
     assert request.url.path == "/v1/completions"
     assert request.headers["authorization"] == "Bearer k"
-    assert body == {"prompt": "0", "model": "m", "max_tokens": 7, "temperature": 0.0, "stream": False,
-                    "stop": ["Question:"], "seed": 3}
+    assert body == {
+        "prompt": "0",
+        "model": "m",
+        "max_tokens": 7,
+        "temperature": 0.0,
+        "stream": False,
+        "stop": ["Question:"],
+        "seed": 3,
+    }
 
 
 def test_5xx_and_429_are_retried_with_retry_after_4xx_is_not():
-    plan = {0: [httpx.Response(503, text="busy"), httpx.Response(429, headers={"retry-after": "0"}), _completion()],
-            1: [httpx.Response(400, json={"error": {"message": "bad"}}), _completion()]}
+    plan = {
+        0: [httpx.Response(503, text="busy"), httpx.Response(429, headers={"retry-after": "0"}), _completion()],
+        1: [httpx.Response(400, json={"error": {"message": "bad"}}), _completion()],
+    }
     (a, b), server, _ = run(plan, n=2)
     assert (a.error, a.attempts, a.retried) == (None, 3, ["503", "429"])
     assert (b.error, b.attempts, b.retried, server.calls[1]) == ("400", 1, [], 1)
@@ -87,11 +98,15 @@ def test_finish_reason_abort_is_an_error_not_an_invalid_answer():
 
 
 def test_streaming_text_usage_and_errors():
-    ok = _sse({"choices": [{"index": 0, "text": "#### ", "finish_reason": None}]},
-              {"choices": [{"index": 0, "text": "42", "finish_reason": "stop"}]},
-              {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}})
-    error_chunk = _sse({"choices": [{"index": 0, "text": "par", "finish_reason": None}]},
-                       {"error": {"message": "overloaded", "type": "SERVICE_UNAVAILABLE", "code": 503}})
+    ok = _sse(
+        {"choices": [{"index": 0, "text": "#### ", "finish_reason": None}]},
+        {"choices": [{"index": 0, "text": "42", "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
+    )
+    error_chunk = _sse(
+        {"choices": [{"index": 0, "text": "par", "finish_reason": None}]},
+        {"error": {"message": "overloaded", "type": "SERVICE_UNAVAILABLE", "code": 503}},
+    )
     cut = _sse({"choices": [{"index": 0, "text": "#### 1", "finish_reason": None}]}, done=False)
     (a, b, c), server, _ = run({0: [ok], 1: [error_chunk, ok], 2: [cut, cut]}, n=3, stream=True, max_retries=1)
     assert (a.text, a.finish_reason, a.completion_tokens, a.error) == ("#### 42", "stop", 3, None)
@@ -105,12 +120,23 @@ def test_chat_responses_are_read_from_the_message():
     async def chat(request):
         body = json.loads(request.content)
         assert request.url.path == "/v1/chat/completions"
-        return httpx.Response(200, json={"choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": body["messages"][-1]["content"]}}]})
+        return httpx.Response(
+            200,
+            json={
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": body["messages"][-1]["content"]},
+                    }
+                ]
+            },
+        )
 
     cfg = ClientConfig(base_url="http://test", mode="chat")
-    runner = Runner(cfg, lambda i: {"messages": [{"role": "user", "content": f"#### {i}"}]},
-                    transport=httpx.MockTransport(chat))
+    runner = Runner(
+        cfg, lambda i: {"messages": [{"role": "user", "content": f"#### {i}"}]}, transport=httpx.MockTransport(chat)
+    )
     outs = asyncio.run(runner.run([5, 6]))
     assert [o.text for o in outs] == ["#### 5", "#### 6"]
 

@@ -87,12 +87,20 @@ def test_no_plugin_module_names_the_runner_or_its_extra_even_lazily():
 
 
 def test_the_runner_uses_nothing_of_the_plugin_but_its_version():
-    used = {(path.name, m) for path in (REPO / "sglang_overlay_gsm8k").glob("*.py") for m in _imports(path)
-            if m.split(".")[0] == "sglang_overlay"}
+    used = {
+        (path.name, m)
+        for path in (REPO / "sglang_overlay_gsm8k").glob("*.py")
+        for m in _imports(path)
+        if m.split(".")[0] == "sglang_overlay"
+    }
     assert used == {("cli.py", "sglang_overlay.version")}
     tree = ast.parse((REPO / "sglang_overlay_gsm8k" / "cli.py").read_text(encoding="utf-8"))
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "sglang_overlay.version"
-             for a in n.names}
+    names = {
+        a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "sglang_overlay.version"
+        for a in n.names
+    }
     assert names == {"__version__"}
 
 
@@ -126,17 +134,38 @@ COMMANDS = {
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-@pytest.mark.parametrize("broken,named,detail", [
-    ({n: _absent(n) for n in extra.PACKAGES}, "httpx, tqdm, matplotlib", None),
-    ({"matplotlib": "ImportError('numpy.core.multiarray failed to import')"}, "matplotlib",
-     "matplotlib: numpy.core.multiarray failed to import"),
-], ids=["all-absent", "matplotlib-broken"])
+@pytest.mark.parametrize(
+    "broken,named,detail",
+    [
+        ({n: _absent(n) for n in extra.PACKAGES}, "httpx, tqdm, matplotlib", None),
+        (
+            {"matplotlib": "ImportError('numpy.core.multiarray failed to import')"},
+            "matplotlib",
+            "matplotlib: numpy.core.multiarray failed to import",
+        ),
+    ],
+    ids=["all-absent", "matplotlib-broken"],
+)
 def test_without_the_extra_the_command_says_what_to_install_and_exits_2(tmp_path, command, broken, named, detail):
     shadow = _shadow(tmp_path, broken)
     env = subprocess_env(PYTHONPATH=os.pathsep.join([str(shadow), str(REPO)]))
-    proc = subprocess.run([*COMMANDS[command], "--base-url", "http://127.0.0.1:9", "--data-dir", str(GSM8K_DIR),
-                           "--no-download", "--output", str(tmp_path / "out")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            *COMMANDS[command],
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--data-dir",
+            str(GSM8K_DIR),
+            "--no-download",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     last = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert last.startswith(f"sglang-overlay gsm8k: missing {named} from the runner's gsm8k extra")
@@ -149,6 +178,7 @@ def test_without_the_extra_the_command_says_what_to_install_and_exits_2(tmp_path
 def test_help_needs_no_extra(tmp_path):
     shadow = _shadow(tmp_path, {n: _absent(n) for n in extra.PACKAGES})
     env = subprocess_env(PYTHONPATH=os.pathsep.join([str(shadow), str(REPO)]))
-    proc = subprocess.run([*COMMANDS["console script"], "--help"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [*COMMANDS["console script"], "--help"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and "--base-url" in proc.stdout

@@ -44,15 +44,23 @@ def expected(n: int) -> dict:
         retries[str(code)] = retries.get(str(code), 0) + k
     return {
         "correct": sum(1 for i in ids if i not in always and i not in wrong and i not in invalid),
-        "invalid_count": len(invalid), "errors": dict(sorted(errors.items())), "retries": dict(sorted(retries.items())),
-        "wrong": wrong, "invalid": invalid, "failed": sorted(always), "flaky": sorted(flaky),
+        "invalid_count": len(invalid),
+        "errors": dict(sorted(errors.items())),
+        "retries": dict(sorted(retries.items())),
+        "wrong": wrong,
+        "invalid": invalid,
+        "failed": sorted(always),
+        "flaky": sorted(flaky),
         "attempts": n + sum(retries.values()),
     }
 
 
 def _serve(data_dir, plan=PLAN, **env):
-    return serve_openai(SCRIPT, env={"GSM8K_SCRIPT_PLAN": json.dumps(plan), "GSM8K_SCRIPT_DATA": str(data_dir),
-                                     **env}, startup_timeout_s=120)
+    return serve_openai(
+        SCRIPT,
+        env={"GSM8K_SCRIPT_PLAN": json.dumps(plan), "GSM8K_SCRIPT_DATA": str(data_dir), **env},
+        startup_timeout_s=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +70,17 @@ def server():
 
 
 def run_cli(capsys, out_dir, *args, data_dir=GSM8K_DIR):
-    argv = ["--data-dir", str(data_dir), "--no-download", "--no-progress", "--retry-backoff", "0.02",
-            "--max-retries", str(MAX_RETRIES), *map(str, args)]
+    argv = [
+        "--data-dir",
+        str(data_dir),
+        "--no-download",
+        "--no-progress",
+        "--retry-backoff",
+        "0.02",
+        "--max-retries",
+        str(MAX_RETRIES),
+        *map(str, args),
+    ]
     if out_dir is not None:
         argv += ["--output", str(out_dir)]
     code = main(argv)
@@ -86,8 +103,12 @@ def check_against_plan(summary, records, n):
     assert summary["errors"] == want["errors"]
     assert summary["retries"] == want["retries"]
     by_id = {r["id"]: r for r in records}
-    assert sorted(i for i, r in by_id.items() if r["error"] is None and not r["correct"]
-                  and r["extracted_by"] != "invalid") == want["wrong"]
+    assert (
+        sorted(
+            i for i, r in by_id.items() if r["error"] is None and not r["correct"] and r["extracted_by"] != "invalid"
+        )
+        == want["wrong"]
+    )
     assert sorted(i for i, r in by_id.items() if r["extracted_by"] == "invalid") == want["invalid"]
     assert sorted(i for i, r in by_id.items() if r["error"]) == want["failed"]
     assert sorted(i for i, r in by_id.items() if r["retried"] and not r["error"]) == want["flaky"]
@@ -109,8 +130,13 @@ def test_completions_run_reports_exactly_the_scripted_outcome(server, capsys, tm
     gold_words = len(ok["output"].split())
     assert ok["completion_tokens"] == gold_words and ok["prompt_tokens"] > 0  # usage came through upstream
     assert by_id[9]["error_message"] and "scripted abort of question 9" in by_id[9]["error_message"]
-    assert {p.name for p in tmp_path.iterdir()} >= {"results.jsonl", "summary.json", "report.md", "accuracy.png",
-                                                     "latency.png"}
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "results.jsonl",
+        "summary.json",
+        "report.md",
+        "accuracy.png",
+        "latency.png",
+    }
     assert summary["latency_p50_s"] is not None and summary["wall_s"] > 0
     server.wait_idle()
 
@@ -143,8 +169,18 @@ def test_baseline_gating_exit_codes(server, capsys, tmp_path):
 
 def test_chat_mode_run(server, capsys, tmp_path):
     n = 48
-    code, last = run_cli(capsys, tmp_path, "--base-url", server.base_url + "/v1", "--mode", "chat",
-                         "--num-questions", n, "--parallel", 32)
+    code, last = run_cli(
+        capsys,
+        tmp_path,
+        "--base-url",
+        server.base_url + "/v1",
+        "--mode",
+        "chat",
+        "--num-questions",
+        n,
+        "--parallel",
+        32,
+    )
     summary, records = load_run(tmp_path)
     check_against_plan(summary, records, n)
     assert code == 0 and summary["config"]["mode"] == "chat"
@@ -153,8 +189,9 @@ def test_chat_mode_run(server, capsys, tmp_path):
 
 def test_streamed_run_with_int_abort_codes(server, capsys, tmp_path):
     """Streamed int-code aborts become error chunks (and so retries) only with the abort-status patch."""
-    code, last = run_cli(capsys, tmp_path, "--base-url", server.base_url, "--stream", "--num-questions", N,
-                         "--parallel", 32)
+    code, last = run_cli(
+        capsys, tmp_path, "--base-url", server.base_url, "--stream", "--num-questions", N, "--parallel", 32
+    )
     summary, records = load_run(tmp_path)
     check_against_plan(summary, records, N)
     assert code == 0
@@ -167,9 +204,26 @@ def test_server_dying_mid_run_finishes_reports_and_exits_2(capsys, tmp_path):
         result = {}
 
         def runner():
-            result["code"] = main(["--base-url", dying.base_url, "--data-dir", str(GSM8K_DIR), "--no-download",
-                                   "--no-progress", "--parallel", "8", "--give-up-after", "8",
-                                   "--max-retries", "2", "--retry-backoff", "0.02", "--output", str(tmp_path)])
+            result["code"] = main(
+                [
+                    "--base-url",
+                    dying.base_url,
+                    "--data-dir",
+                    str(GSM8K_DIR),
+                    "--no-download",
+                    "--no-progress",
+                    "--parallel",
+                    "8",
+                    "--give-up-after",
+                    "8",
+                    "--max-retries",
+                    "2",
+                    "--retry-backoff",
+                    "0.02",
+                    "--output",
+                    str(tmp_path),
+                ]
+            )
 
         thread = threading.Thread(target=runner)
         thread.start()
@@ -197,8 +251,19 @@ def test_streamed_int_aborts_without_the_patch_are_reported_not_scored(capsys, t
     must count those as failed requests ("abort"), never as wrong or invalid answers."""
     with _serve(GSM8K_DIR, SGLANG_OVERLAY_DISABLE=ABORT_PATCH) as unpatched:
         assert ABORT_PATCH not in unpatched.stats()["overlay"]["applied"]
-        code, last = run_cli(capsys, tmp_path, "--base-url", unpatched.base_url, "--stream", "--num-questions", N,
-                             "--parallel", 32, "--max-error-rate", 0.1)
+        code, last = run_cli(
+            capsys,
+            tmp_path,
+            "--base-url",
+            unpatched.base_url,
+            "--stream",
+            "--num-questions",
+            N,
+            "--parallel",
+            32,
+            "--max-error-rate",
+            0.1,
+        )
     summary, records = load_run(tmp_path)
     aborted = sorted(int(i) for i in PLAN["abort"])  # flaky ones too: a graceful abort is not retried
     assert summary["errors"] == {"abort": len(aborted)} and summary["retries"] == {}
@@ -234,11 +299,27 @@ def test_ctrl_c_keeps_the_answers_so_far_and_exits_2(tmp_path):
 
     with _serve(GSM8K_DIR, plan={**PLAN, "slow": {**PLAN["slow"], "20": 8.0}}) as server:
         proc = subprocess.Popen(
-            [sys.executable, str(REPO / "scripts" / "gsm8k_eval.py"), "--base-url", server.base_url,
-             "--data-dir", str(GSM8K_DIR), "--no-progress", "--parallel", "1", "--retry-backoff", "0.02",
-             "--output", str(tmp_path)],
-            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=with_default_sigint)
+            [
+                sys.executable,
+                str(REPO / "scripts" / "gsm8k_eval.py"),
+                "--base-url",
+                server.base_url,
+                "--data-dir",
+                str(GSM8K_DIR),
+                "--no-progress",
+                "--parallel",
+                "1",
+                "--retry-backoff",
+                "0.02",
+                "--output",
+                str(tmp_path),
+            ],
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=with_default_sigint,
+        )
         while server.stats()["finished"] < 20:
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.02)

@@ -17,8 +17,10 @@ def test_split():
     return data.read_split(GSM8K_DIR / "test.jsonl")
 
 
-@given(st.lists(st.floats(min_value=0, max_value=1e4, allow_nan=False), min_size=1, max_size=200),
-       st.sampled_from([0, 1, 50, 90, 99, 100]))
+@given(
+    st.lists(st.floats(min_value=0, max_value=1e4, allow_nan=False), min_size=1, max_size=200),
+    st.sampled_from([0, 1, 50, 90, 99, 100]),
+)
 def test_percentile_matches_numpy(values, q):
     assert report.percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-9, abs=1e-12)
 
@@ -32,8 +34,14 @@ def _outcomes(test_split):
     outs = []
     for p in test_split[:40]:
         gold = p.answer.rsplit("####", 1)[1].strip()
-        o = Outcome(p.index, text=f"work\n#### {gold}", finish_reason="stop", completion_tokens=10,
-                    latency_s=(p.index + 1) / 100, attempts=1)
+        o = Outcome(
+            p.index,
+            text=f"work\n#### {gold}",
+            finish_reason="stop",
+            completion_tokens=10,
+            latency_s=(p.index + 1) / 100,
+            attempts=1,
+        )
         if p.index in (3, 4, 5):
             o.text = "#### 123456789"
         elif p.index in (6, 7):
@@ -65,19 +73,28 @@ def test_summary_counts(test_split):
 
 
 def _summary(acc, errors=0, n=100, **config):
-    return {"accuracy": acc, "num_questions": n, "error_rate": errors / n, "error_count": errors,
-            "errors": {"503": errors} if errors else {}, "config": config}
+    return {
+        "accuracy": acc,
+        "num_questions": n,
+        "error_rate": errors / n,
+        "error_count": errors,
+        "errors": {"503": errors} if errors else {},
+        "config": config,
+    }
 
 
-@pytest.mark.parametrize("acc,kwargs,code", [
-    (0.95, {}, report.PASS),
-    (0.95, {"min_accuracy": 0.95}, report.PASS),
-    (0.94, {"min_accuracy": 0.95}, report.REGRESSION),
-    (0.93, {"baseline": {"accuracy": 0.95}}, report.PASS),  # exactly at baseline - tolerance (float noise)
-    (0.92, {"baseline": {"accuracy": 0.95}}, report.REGRESSION),
-    (0.94, {"baseline": {"accuracy": 0.95}, "tolerance": 0.0}, report.REGRESSION),
-    (0.99, {"baseline": {"accuracy": 0.95}, "min_accuracy": 0.995}, report.REGRESSION),
-])
+@pytest.mark.parametrize(
+    "acc,kwargs,code",
+    [
+        (0.95, {}, report.PASS),
+        (0.95, {"min_accuracy": 0.95}, report.PASS),
+        (0.94, {"min_accuracy": 0.95}, report.REGRESSION),
+        (0.93, {"baseline": {"accuracy": 0.95}}, report.PASS),  # exactly at baseline - tolerance (float noise)
+        (0.92, {"baseline": {"accuracy": 0.95}}, report.REGRESSION),
+        (0.94, {"baseline": {"accuracy": 0.95}, "tolerance": 0.0}, report.REGRESSION),
+        (0.99, {"baseline": {"accuracy": 0.95}, "min_accuracy": 0.995}, report.REGRESSION),
+    ],
+)
 def test_verdict_exit_codes(acc, kwargs, code):
     got, reason = report.verdict(_summary(acc), **kwargs)
     assert got == code

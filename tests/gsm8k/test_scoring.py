@@ -56,7 +56,11 @@ def test_every_gold_answer_of_the_full_splits_extracts_to_itself(split, count):
 
 REAL_LOOKING = [
     # (model output, expected value, how)
-    (" Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18", "18", "####"),
+    (
+        " Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18",
+        "18",
+        "####",
+    ),
     (" He paid 80,000+50,000=$130,000\n#### $70,000\n\n", "70000", "####"),
     ("#### 1,450,000", "1450000", "####"),
     ("The temperature fell 13 degrees.\n#### -10", "-10", "####"),
@@ -111,8 +115,12 @@ def _grouped(n: int) -> str:
     return f"{n:,}"
 
 
-@given(st.integers(min_value=-10**9, max_value=10**9), st.sampled_from(["", "$"]), st.booleans(),
-       st.sampled_from(["", ".", " dollars."]))
+@given(
+    st.integers(min_value=-(10**9), max_value=10**9),
+    st.sampled_from(["", "$"]),
+    st.booleans(),
+    st.sampled_from(["", ".", " dollars."]),
+)
 def test_written_integers_round_trip(n, currency, grouped, tail):
     digits = _grouped(abs(n)) if grouped else str(abs(n))
     text = ("-" if n < 0 else "") + currency + digits + tail
@@ -120,7 +128,7 @@ def test_written_integers_round_trip(n, currency, grouped, tail):
         assert extract_prediction(output)[0] == n
 
 
-@given(st.decimals(min_value=-10**6, max_value=10**6, places=2, allow_nan=False, allow_infinity=False))
+@given(st.decimals(min_value=-(10**6), max_value=10**6, places=2, allow_nan=False, allow_infinity=False))
 def test_decimals_round_trip_and_format(d):
     text = format(d, "f")
     value = extract_prediction(f"#### {text}")[0]

@@ -30,8 +30,9 @@ PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 
 def build(source: Path, out: Path) -> tuple[Path, Path]:
     """``python -m build`` (sdist, then the wheel from that sdist) of ``source``: (wheel, sdist)."""
-    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(source)], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return next(out.glob("sglang_overlay-*.whl")), next(out.glob("sglang_overlay-*.tar.gz"))
 
@@ -45,8 +46,12 @@ def new_env(root: Path) -> tuple[Path, Path]:
     """A bare venv (no pip of its own): its python and its site-packages."""
     venv.EnvBuilder(with_pip=False).create(root)
     python = root / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     return python, Path(site)
 
 
@@ -64,8 +69,14 @@ def record_of(site: Path) -> set[str]:
 
 def started(python: Path, **env: str) -> subprocess.CompletedProcess:
     """A plain interpreter start with ``env`` (the marker a server's processes pass to their children)."""
-    return subprocess.run([str(python), "-c", "print('started')"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", **env}, cwd="/")
+    return subprocess.run(
+        [str(python), "-c", "print('started')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **env},
+        cwd="/",
+    )
 
 
 def test_the_wheel_and_the_sdist_carry_the_hook_and_every_pin(dists):
@@ -140,8 +151,14 @@ def _overlay_env(root: Path, wheel: Path, sglang: str) -> Path:
 
 
 def overlay(python: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python.parent / "sglang-overlay"), *args], capture_output=True, text=True,
-                          timeout=300, cwd="/", env={"PATH": f"{python.parent}:/usr/bin:/bin", "COLUMNS": "200"})
+    return subprocess.run(
+        [str(python.parent / "sglang-overlay"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        env={"PATH": f"{python.parent}:/usr/bin:/bin", "COLUMNS": "200"},
+    )
 
 
 def test_an_unsupported_sglang_is_refused_by_name_at_check_and_at_launch(dists, tmp_path):

@@ -64,7 +64,7 @@ def question_index(prompt_text: str) -> int:
     at = prompt_text.rfind("Question: ")
     if at < 0:
         raise ValueError(f"no 'Question: ' in prompt ending {prompt_text[-120:]!r}")
-    text = prompt_text[at + len("Question: "):]
+    text = prompt_text[at + len("Question: ") :]
     if text.endswith("\nAnswer:"):
         text = text[: -len("\nAnswer:")]
     key = text.strip()
@@ -104,5 +104,3 @@ def answer(prompt_text: str, request: dict) -> list[dict]:
     else:
         steps.append({"text": lead + worked})
     return steps
-
-

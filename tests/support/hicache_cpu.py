@@ -95,9 +95,7 @@ def ensure_gloo_group():
     with _PG_LOCK:
         if not torch.distributed.is_initialized():
             path = os.path.join(tempfile.mkdtemp(prefix="owner-lanes-pg-"), "store")
-            torch.distributed.init_process_group(
-                "gloo", init_method=f"file://{path}", rank=0, world_size=1
-            )
+            torch.distributed.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
     return torch.distributed.group.WORLD
 
 
@@ -173,9 +171,7 @@ def build_cpu_hicache(
             per_rank_slots, page_size, shard_size, torch.int64, device, kv, need_sort
         )
     else:
-        allocator = PagedTokenToKVPoolAllocator(
-            per_rank_slots, page_size, torch.int64, device, kv, need_sort
-        )
+        allocator = PagedTokenToKVPoolAllocator(per_rank_slots, page_size, torch.int64, device, kv, need_sort)
     params = CacheInitParams(
         disable=False,
         req_to_token_pool=None,

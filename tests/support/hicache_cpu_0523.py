@@ -53,9 +53,15 @@ def _server_args(write_policy: str, ps: int):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         model = _INSTALLED.setdefault("model", str(tiny_model_dir()))
         args = ServerArgs(
-            model_path=model, device="cpu", skip_tokenizer_init=True, page_size=ps,
-            enable_hierarchical_cache=True, hicache_ratio=2.0, hicache_write_policy=write_policy,
-            hicache_io_backend="direct", hicache_mem_layout="layer_first",
+            model_path=model,
+            device="cpu",
+            skip_tokenizer_init=True,
+            page_size=ps,
+            enable_hierarchical_cache=True,
+            hicache_ratio=2.0,
+            hicache_write_policy=write_policy,
+            hicache_io_backend="direct",
+            hicache_mem_layout="layer_first",
         )
         _INSTALLED[key] = args
     if _INSTALLED.get("published") != key:
@@ -123,8 +129,16 @@ class Harness:
     pool instead (no lanes; chains then take no base).
     """
 
-    def __init__(self, n: int = 4, ps: int = 4, pages_per_rank: int = 6, write_policy: str = "write_through",
-                 interleaved: bool = True, layers: int = 2, eviction_policy: str = "lru"):
+    def __init__(
+        self,
+        n: int = 4,
+        ps: int = 4,
+        pages_per_rank: int = 6,
+        write_policy: str = "write_through",
+        interleaved: bool = True,
+        layers: int = 2,
+        eviction_policy: str = "lru",
+    ):
         from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
         from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -137,20 +151,36 @@ class Harness:
         plain_pool, interleaved_pool = _pool_classes()
         self.n, self.ps, self.interleaved = n, ps, interleaved
         per_rank_slots = pages_per_rank * ps
-        pool_kw = dict(page_size=ps, dtype=torch.float32, head_num=2, head_dim=4, layer_num=layers,
-                       device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+        pool_kw = dict(
+            page_size=ps,
+            dtype=torch.float32,
+            head_num=2,
+            head_dim=4,
+            layer_num=layers,
+            device="cpu",
+            enable_memory_saver=False,
+            enable_alt_stream=False,
+        )
         if interleaved:
-            spec = PageShardSpec(shard_rank=0, shard_size=n, page_size=ps, max_prefix_tokens=n * ps * 4,
-                                 chunk_tokens=ps * 4)
+            spec = PageShardSpec(
+                shard_rank=0, shard_size=n, page_size=ps, max_prefix_tokens=n * ps * 4, chunk_tokens=ps * 4
+            )
             self.kv = interleaved_pool(n * (per_rank_slots + ps), shard_spec=spec, **pool_kw)
             self.alloc = PageInterleavePoolAllocator(per_rank_slots, ps, n, torch.int64, "cpu", self.kv, False)
         else:
             size = n * per_rank_slots
             self.kv = plain_pool(size + ps, **pool_kw)
             self.alloc = PagedTokenToKVPoolAllocator(size, ps, torch.int64, "cpu", self.kv, False)
-        params = CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=self.alloc,
-                                 page_size=ps, tp_cache_group=gloo_group(), eviction_policy=eviction_policy,
-                                 tree_components=(ComponentType.FULL,), tree_core_backend="python")
+        params = CacheInitParams(
+            disable=False,
+            req_to_token_pool=None,
+            token_to_kv_pool_allocator=self.alloc,
+            page_size=ps,
+            tp_cache_group=gloo_group(),
+            eviction_policy=eviction_policy,
+            tree_components=(ComponentType.FULL,),
+            tree_core_backend="python",
+        )
         self.cache = UnifiedRadixCache(params)
         self.cache.init_hicache(server_args, params)
         self.cc = self.cache.cache_controller
@@ -204,8 +234,9 @@ class Harness:
         value = torch.cat([prefix_idx, idx])
         rotation_base = base if self.interleaved else None
         # prev_prefix_len: the prefix slots are the tree's own (a request that matched them), not duplicates to free
-        self.cache.insert(InsertParams(key=RadixKey(keys), value=value, rotation_base=rotation_base,
-                                       prev_prefix_len=len(prefix)))
+        self.cache.insert(
+            InsertParams(key=RadixKey(keys), value=value, rotation_base=rotation_base, prev_prefix_len=len(prefix))
+        )
         self.settle()
         return keys, idx
 
@@ -284,8 +315,11 @@ class Harness:
         m = self.match(keys)
         tracker = {ct: 0 for ct in self.cache.tree_components}
         for i, node in enumerate(reversed(self.path_nodes(m.last_device_node))):
-            if (levels is not None and i >= levels) or node not in self.tree.evictable_device_leaves \
-                    or not node.backuped:
+            if (
+                (levels is not None and i >= levels)
+                or node not in self.tree.evictable_device_leaves
+                or not node.backuped
+            ):
                 break
             assert self.cache._evict_device_leaf(node.id, tracker) is None
         self.settle()
@@ -315,5 +349,7 @@ class Harness:
 
     def state(self) -> str:
         counts = self.alloc.class_free_page_counts() if self.interleaved else None
-        return (f"class_free={counts} available_size={self.alloc.available_size()} "
-                f"full_evictable={self.cache.full_evictable_size()}")
+        return (
+            f"class_free={counts} available_size={self.alloc.available_size()} "
+            f"full_evictable={self.cache.full_evictable_size()}"
+        )

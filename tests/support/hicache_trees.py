@@ -28,8 +28,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
 
 
-def build_tree(n: int, chains: Sequence[Tuple[int, int, int, int]], touches=(), locks=(),
-               policy: str = "lru", pages_per_rank: int = 16):
+def build_tree(
+    n: int,
+    chains: Sequence[Tuple[int, int, int, int]],
+    touches=(),
+    locks=(),
+    policy: str = "lru",
+    pages_per_rank: int = 16,
+):
     """A real page-interleaved HiRadixCache holding ``chains``.
 
     Each chain is ``(parent, cut, pages, base)``: ``parent`` -1 starts a new chain from the

@@ -167,9 +167,12 @@ class Recorder:
             logits = kw.get("router_logits", args[1] if len(args) > 1 else None)
             ntnp, ids = kw.get("num_token_non_padded"), kw.get("input_ids")
             self.topk.append(
-                dict(hidden_states=hs.clone(), router_logits=logits.clone(),
-                     num_token_non_padded=None if ntnp is None else ntnp.clone(),
-                     input_ids=None if ids is None else ids.clone())
+                dict(
+                    hidden_states=hs.clone(),
+                    router_logits=logits.clone(),
+                    num_token_non_padded=None if ntnp is None else ntnp.clone(),
+                    input_ids=None if ids is None else ids.clone(),
+                )
             )
 
         moe.topk.register_forward_pre_hook(on_topk, with_kwargs=True)
@@ -182,7 +185,9 @@ def _publish_accelerator_runtime(device_type: str) -> None:
 
     from tests.support.runtime import tiny_model_dir
 
-    publish(ServerArgs(model_path=str(tiny_model_dir()), device=device_type, skip_tokenizer_init=True), role="scheduler")
+    publish(
+        ServerArgs(model_path=str(tiny_model_dir()), device=device_type, skip_tokenizer_init=True), role="scheduler"
+    )
 
 
 def init_parallel(device: str = "cpu") -> None:
@@ -233,8 +238,13 @@ def expert_location_metadata(num_layers: int, num_experts: int, device: str = "c
 
 
 def build_deepseek_moe(
-    shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0, dtype=torch.float32,
-    hash_routing: bool = False, device: str = "cpu", record: bool = True,
+    shape: MoeShape = MoeShape(),
+    layer_id: int = 1,
+    seed: int = 0,
+    dtype=torch.float32,
+    hash_routing: bool = False,
+    device: str = "cpu",
+    record: bool = True,
 ):
     """Upstream DeepseekV2MoE with DeepEP stand-ins; returns (moe, Recorder or None).
 
@@ -246,10 +256,17 @@ def build_deepseek_moe(
     from transformers import DeepseekV3Config
 
     config = DeepseekV3Config(
-        hidden_size=shape.hidden, moe_intermediate_size=shape.inter, n_routed_experts=shape.experts,
-        num_experts_per_tok=shape.top_k, n_group=shape.n_group, topk_group=shape.topk_group,
-        n_shared_experts=shape.shared, routed_scaling_factor=shape.routed_scaling_factor,
-        vocab_size=shape.vocab, num_hidden_layers=layer_id + 1, norm_topk_prob=True,
+        hidden_size=shape.hidden,
+        moe_intermediate_size=shape.inter,
+        n_routed_experts=shape.experts,
+        num_experts_per_tok=shape.top_k,
+        n_group=shape.n_group,
+        topk_group=shape.topk_group,
+        n_shared_experts=shape.shared,
+        routed_scaling_factor=shape.routed_scaling_factor,
+        vocab_size=shape.vocab,
+        num_hidden_layers=layer_id + 1,
+        norm_topk_prob=True,
     )
     config.topk_method = "noaux_tc"
     config.scoring_func = "sigmoid"
@@ -288,9 +305,13 @@ def make_forward_batch(lens, num_token_non_padded, device="cpu"):
 
     n = max(sum(lens), 1)
     batch = ForwardBatch(
-        forward_mode=ForwardMode.EXTEND, batch_size=len(lens), input_ids=torch.zeros(n, dtype=torch.long),
-        req_pool_indices=torch.zeros(len(lens), dtype=torch.long), seq_lens=torch.tensor(lens, dtype=torch.long),
-        out_cache_loc=torch.zeros(n, dtype=torch.long), seq_lens_sum=sum(lens),
+        forward_mode=ForwardMode.EXTEND,
+        batch_size=len(lens),
+        input_ids=torch.zeros(n, dtype=torch.long),
+        req_pool_indices=torch.zeros(len(lens), dtype=torch.long),
+        seq_lens=torch.tensor(lens, dtype=torch.long),
+        out_cache_loc=torch.zeros(n, dtype=torch.long),
+        seq_lens_sum=sum(lens),
     )
     batch.extend_seq_lens_cpu = list(lens)
     if num_token_non_padded is not None:

@@ -79,8 +79,7 @@ def init_parallel() -> None:
     ps.initialize_model_parallel(backend="gloo")
 
 
-def build_moe(shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0, dtype=torch.float32,
-              record: bool = True):
+def build_moe(shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0, dtype=torch.float32, record: bool = True):
     """Upstream's own ``DeepseekV2MoE.__init__`` (0.5.23 reads shared-expert fusion from the published model
     bag: 0 for the tiny published model), then the DeepEP stand-ins and ``_enable_a2a_moe``; returns
     ``(moe, Recorder)`` (``record=False``: no Recorder and no copies of the inputs, for benchmarks)."""

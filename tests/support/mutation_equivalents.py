@@ -44,8 +44,7 @@ _REPEAT_INTERLEAVE_INDICES = (
     "repeat_interleave(arange(len(repeats)), repeats): the same request index per slot"
 )
 _IS_HASH_ALWAYS_SET = (
-    "upstream 0.5.20's DeepseekV2MoE.__init__ always sets self.is_hash (a bool), so the getattr "
-    "default is never used"
+    "upstream 0.5.20's DeepseekV2MoE.__init__ always sets self.is_hash (a bool), so the getattr default is never used"
 )
 _CPU_TO_CPU_COPY = (
     "a CPU target then takes the copy branch: no pinning (its type is not 'cuda') and "
@@ -84,9 +83,7 @@ _STAMPED_NODE_SHORT_CUT = (
     "ensure_meta on a stamped node: without the early return the upward walk stops at once (the node "
     "has metadata), the loop runs zero times and md.get(node) is returned, the same object"
 )
-_ROOT_HAS_NO_META = (
-    "the root never carries owner metadata and md.get(None) is None, so parent_meta is None either way"
-)
+_ROOT_HAS_NO_META = "the root never carries owner metadata and md.get(None) is None, so parent_meta is None either way"
 _NOT_INTERLEAVED_MEMO = (
     "the stored marker only memoizes 'no state for this cache'; stored as None, the next call "
     "recomputes the same answer (the allocator's class does not change)"
@@ -124,8 +121,7 @@ _ALLOCATOR_ALWAYS_SET = (
 )
 _FOR_CHAIN_SAME_BASE = "for_chain(n, m.rotation_base, m.start_page, m.num_pages) reproduces m exactly"
 _SPLIT_WITHOUT_STATE = (
-    "on a cache the patch does not act on, no node carries owner metadata, so md.get(child) is None as "
-    "the guard's None"
+    "on a cache the patch does not act on, no node carries owner metadata, so md.get(child) is None as the guard's None"
 )
 
 _INVARIANT_MESSAGE = (

@@ -11,5 +11,11 @@ BENCH = REPO / "scripts" / "bench_owner_lanes.py"
 
 
 def run_bench(cwd, *args, timeout=600):
-    return subprocess.run([sys.executable, str(BENCH), *args], cwd=cwd, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(BENCH), *args],
+        cwd=cwd,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -21,8 +21,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
 
-POLICIES = {"lru": "LRUStrategy", "lfu": "LFUStrategy", "fifo": "FIFOStrategy", "mru": "MRUStrategy",
-            "filo": "FILOStrategy", "priority": "PriorityStrategy", "slru": "SLRUStrategy"}
+POLICIES = {
+    "lru": "LRUStrategy",
+    "lfu": "LFUStrategy",
+    "fifo": "FIFOStrategy",
+    "mru": "MRUStrategy",
+    "filo": "FILOStrategy",
+    "priority": "PriorityStrategy",
+    "slru": "SLRUStrategy",
+}
 
 
 def strategy(policy: str):
@@ -180,7 +187,7 @@ class PlainTree:
             if _common(child.key, pages) < len(child.key):
                 break
             out.append(child)
-            node, pages = child, pages[len(child.key):]
+            node, pages = child, pages[len(child.key) :]
         return out
 
 

@@ -59,7 +59,7 @@ def hook_report(proc: subprocess.CompletedProcess) -> dict:
 
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT")][-1]
-    return json.loads(line[len("REPORT"):])
+    return json.loads(line[len("REPORT") :])
 
 
 def with_default_sigint() -> None:

@@ -137,9 +137,7 @@ def serve_openai(
         "--script", script, "--port", "0", "--port-file", str(port_file), "--model-name", model_name,
     ]  # fmt: skip
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            cmd, cwd=str(REPO), env=_subprocess_env(env), stdout=log, stderr=subprocess.STDOUT
-        )
+        process = subprocess.Popen(cmd, cwd=str(REPO), env=_subprocess_env(env), stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + startup_timeout_s
         base_url = None
@@ -426,11 +424,7 @@ def _optional_output_fields() -> tuple[str, ...]:
         "rids", "http_worker_ipcs", "finished_reasons", "output_strs", "output_ids", "prompt_tokens",
         "completion_tokens", "reasoning_tokens", "cached_tokens", "retraction_counts",
     }  # fmt: skip
-    return tuple(
-        f.name
-        for f in msgspec.structs.fields(BatchStrOutput)
-        if f.name not in given and f.required
-    )
+    return tuple(f.name for f in msgspec.structs.fields(BatchStrOutput) if f.name not in given and f.required)
 
 
 def make_tokenizer_manager_class():

@@ -18,6 +18,8 @@ PATCH = Patch(
     targets=(),  # every target belongs to one upstream design: hiradix/ and unified/ declare them
     knobs=(SLOW_PLAN_MS,),
     depends=(
-        Dependency("sglang.srt.mem_cache.allocator.page_interleave", "PageInterleavePoolAllocator._class_counts", "metadata"),
+        Dependency(
+            "sglang.srt.mem_cache.allocator.page_interleave", "PageInterleavePoolAllocator._class_counts", "metadata"
+        ),
     ),
 )

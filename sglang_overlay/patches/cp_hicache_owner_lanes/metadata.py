@@ -54,9 +54,7 @@ class CpHiCacheNodeMetadata:
 
     def continuation(self, num_pages: int) -> "CpHiCacheNodeMetadata":
         """Metadata of a node that continues this one's chain right after its last page."""
-        return CpHiCacheNodeMetadata(
-            self.shard_size, self.next_owner, self.start_page + self.num_pages, num_pages
-        )
+        return CpHiCacheNodeMetadata(self.shard_size, self.next_owner, self.start_page + self.num_pages, num_pages)
 
     def split(self, left_pages: int) -> Tuple["CpHiCacheNodeMetadata", "CpHiCacheNodeMetadata"]:
         """Metadata of both halves of a split after ``left_pages`` pages (prefix, suffix)."""

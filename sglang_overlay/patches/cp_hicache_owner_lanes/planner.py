@@ -192,9 +192,7 @@ def _prune(plan: LanePlan, chosen: set, shard_size: int) -> None:
     kept = []
     for leaf in reversed(plan.leaves):
         c = counts[id(leaf)]
-        if leaf.parent not in chosen and all(
-            total[lane] - c[lane] >= deficit[lane] for lane in range(shard_size)
-        ):
+        if leaf.parent not in chosen and all(total[lane] - c[lane] >= deficit[lane] for lane in range(shard_size)):
             chosen.discard(leaf)
             for lane in range(shard_size):
                 total[lane] -= c[lane]

@@ -16,11 +16,19 @@ PATCH = Patch(
     description="moe-cp-compaction.md",
     role="scheduler",
     targets=(
-        Target("sglang.srt.models.deepseek_v2", "DeepseekV2MoE.op_gate",
-               f"{__name__}.op_path:refuse_dummy_rows_in_op_path", "BEFORE"),
+        Target(
+            "sglang.srt.models.deepseek_v2",
+            "DeepseekV2MoE.op_gate",
+            f"{__name__}.op_path:refuse_dummy_rows_in_op_path",
+            "BEFORE",
+        ),
     ),
     depends=(
-        Dependency("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.context", "is_in_breakable_cuda_graph", "boundary"),
+        Dependency(
+            "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.context",
+            "is_in_breakable_cuda_graph",
+            "boundary",
+        ),
         Dependency("sglang.srt.runtime_context", "get_parallel", "batch_layout,refusals"),
     ),
 )

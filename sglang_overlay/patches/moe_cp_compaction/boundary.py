@@ -40,8 +40,9 @@ def _no_scope(count):
     return nullcontext()
 
 
-def run_on_valid_rows(original, self, hidden_states, forward_batch=None, input_ids_global=None, *,
-                      count_scope=_no_scope):
+def run_on_valid_rows(
+    original, self, hidden_states, forward_batch=None, input_ids_global=None, *, count_scope=_no_scope
+):
     """``original(self, hidden_states, forward_batch, input_ids_global=...)`` on the valid rows of the forward.
 
     ``count_scope(count)`` is a context manager entered around the compact call (``count``: the compact row

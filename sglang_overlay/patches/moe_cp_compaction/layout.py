@@ -89,7 +89,4 @@ class ComputePaddingLayout:
         return index, count
 
     def __repr__(self) -> str:
-        return (
-            f"ComputePaddingLayout(source={self.source!r}, num_rows={self.num_rows}, "
-            f"num_valid={self.num_valid})"
-        )
+        return f"ComputePaddingLayout(source={self.source!r}, num_rows={self.num_rows}, num_valid={self.num_valid})"

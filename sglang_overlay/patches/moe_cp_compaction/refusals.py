@@ -36,7 +36,8 @@ def refuse_under_cp(moe, problems_of) -> None:
     if problems:
         raise OverlayError(
             f"patch '{PATCH_ID}' cannot keep CP dummy rows out of sparse MoE in layer "
-            f"{moe.layer_id}: " + "; ".join(problems)
+            f"{moe.layer_id}: "
+            + "; ".join(problems)
             + f". Change the configuration or disable the patch (SGLANG_OVERLAY_DISABLE={PATCH_ID})."
         )
     return None

@@ -17,13 +17,23 @@ PATCH = Patch(
     description="openai-abort-status.md",
     role="http",
     targets=(
-        Target("sglang.srt.entrypoints.openai.serving_chat", "OpenAIServingChat._handle_streaming_request",
-               _STREAMING, "AROUND"),
-        Target("sglang.srt.entrypoints.openai.serving_completions",
-               "OpenAIServingCompletion._handle_streaming_request", _STREAMING, "AROUND"),
+        Target(
+            "sglang.srt.entrypoints.openai.serving_chat",
+            "OpenAIServingChat._handle_streaming_request",
+            _STREAMING,
+            "AROUND",
+        ),
+        Target(
+            "sglang.srt.entrypoints.openai.serving_completions",
+            "OpenAIServingCompletion._handle_streaming_request",
+            _STREAMING,
+            "AROUND",
+        ),
     ),
     knobs=(ABORT_HTTP_STATUS,),
     depends=(
-        Dependency("sglang.srt.entrypoints.openai.serving_base", "OpenAIServingBase.create_error_response", "streaming"),
+        Dependency(
+            "sglang.srt.entrypoints.openai.serving_base", "OpenAIServingBase.create_error_response", "streaming"
+        ),
     ),
 )

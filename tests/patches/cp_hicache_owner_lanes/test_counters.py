@@ -92,12 +92,15 @@ def test_the_prometheus_mirror_carries_the_collectors_labels_and_skips_zero_incr
     assert sample(CAPACITY, coll, by="owner_lanes") == 2.0 and sample(CAPACITY, coll, by="upstream") == 2.0
     docs = {family.name: family.documentation for family in REGISTRY.collect()}
     assert docs["sglang:cp_owner_lane_evicted_pages"] == (
-        "Device pages freed by owner-lane eviction for HiCache load-back, per owner lane.")
+        "Device pages freed by owner-lane eviction for HiCache load-back, per owner lane."
+    )
     assert docs["sglang:cp_owner_lane_warnings"] == (
-        "Owner-lane load-back warnings (slow planning, short eviction, refused load).")
+        "Owner-lane load-back warnings (slow planning, short eviction, refused load)."
+    )
     assert docs["sglang:cp_owner_lane_load_backs"] == "HiCache load-backs under page-owner residency, by outcome."
     assert docs["sglang:cp_owner_lane_capacity_evictions"] == (
-        "Prefill/decode capacity deficits under page-owner residency, by who chose the victims.")
+        "Prefill/decode capacity deficits under page-owner residency, by who chose the victims."
+    )
 
 
 def test_a_second_cache_shares_the_registered_metric():
@@ -114,8 +117,12 @@ def test_a_second_cache_shares_the_registered_metric():
 
 def test_without_a_collector_nothing_reaches_prometheus():
     def series():
-        return {(s.name, tuple(sorted(s.labels.items())), s.value) for fam in REGISTRY.collect()
-                for s in fam.samples if fam.name.startswith("sglang:cp_owner_lane")}
+        return {
+            (s.name, tuple(sorted(s.labels.items())), s.value)
+            for fam in REGISTRY.collect()
+            for s in fam.samples
+            if fam.name.startswith("sglang:cp_owner_lane")
+        }
 
     before = series()
     c = OwnerLaneCounters(shard_size=4)

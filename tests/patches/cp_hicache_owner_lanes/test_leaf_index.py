@@ -25,6 +25,7 @@ def _prio_of(calls):
 
 def test_upstreams_monotone_strategies_are_told_apart():
     from sglang.srt.mem_cache import evict_policy as ep
+
     assert [is_monotone(ep.LRUStrategy()), is_monotone(ep.LFUStrategy()), is_monotone(ep.FIFOStrategy())] == [True] * 3
     assert [is_monotone(ep.MRUStrategy()), is_monotone(ep.FILOStrategy()), is_monotone(object())] == [False] * 3
 

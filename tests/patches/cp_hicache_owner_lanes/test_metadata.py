@@ -51,8 +51,11 @@ def test_metadata_rejects_bad_input():
         md.CpHiCacheNodeMetadata(4, 0, 0, -1)
     empty = md.CpHiCacheNodeMetadata(1, 0, 0, 0)  # a node of no whole page: owns nothing
     assert empty.owner_counts() == (0,) and empty.next_owner == 0
-    with pytest.raises(ValueError, match=r"^owner counts for CP size 3 are not defined on a node placed for "
-                                         r"shard size 4 \(n must divide it\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^owner counts for CP size 3 are not defined on a node placed for "
+        r"shard size 4 \(n must divide it\)$",
+    ):
         md.CpHiCacheNodeMetadata(4, 0, 0, 3).owner_counts(3)
     for at in (0, 3):
         with pytest.raises(ValueError, match=rf"^split at page {at} of a 3-page node$"):

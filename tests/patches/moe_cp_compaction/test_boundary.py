@@ -25,8 +25,13 @@ class Upstream:
         self.calls, self.fail = [], fail
 
     def __call__(self, moe, hidden_states, forward_batch, input_ids_global=None):
-        self.calls.append(dict(rows=hidden_states.clone(), count=forward_batch and forward_batch.num_token_non_padded,
-                               ids=input_ids_global))
+        self.calls.append(
+            dict(
+                rows=hidden_states.clone(),
+                count=forward_batch and forward_batch.num_token_non_padded,
+                ids=input_ids_global,
+            )
+        )
         if self.fail:
             raise RuntimeError("expert failure")
         return hidden_states * 2
@@ -78,8 +83,9 @@ def test_hash_routing_ids_are_compacted_in_step_and_the_count_is_restored_when_u
     batch, upstream = batch_with(layout), Upstream(fail=True)
     saved = batch.num_token_non_padded
     with pytest.raises(RuntimeError, match="expert failure"):
-        run_on_valid_rows(upstream, SimpleNamespace(is_hash=True), torch.ones(6, 2), batch,
-                          input_ids_global=torch.arange(6))
+        run_on_valid_rows(
+            upstream, SimpleNamespace(is_hash=True), torch.ones(6, 2), batch, input_ids_global=torch.arange(6)
+        )
     assert upstream.calls[0]["ids"].tolist() == [0, 1, 3, 4] and batch.num_token_non_padded is saved
 
 

@@ -91,16 +91,30 @@ def test_lane_slot_extra_rows_and_bad_input():
         (lambda: lane_slot_layout([3, -1], 2, 0), "lane-slot: negative extend length in [3, -1]"),
         (lambda: lane_slot_layout([3], 2, 2), "lane-slot: bad cp_size=2 / cp_rank=2"),
         (lambda: ComputePaddingLayout(-1, None, "test"), "test: negative row count -1"),
-        (lambda: ComputePaddingLayout(3, torch.tensor([0, 1], dtype=torch.int32), "test"),
-         "test: valid_rows must be a 1-D CPU int64 tensor, got tensor([0, 1], dtype=torch.int32)"),
-        (lambda: ComputePaddingLayout(3, torch.tensor([[0, 1]]), "test"),
-         "test: valid_rows must be a 1-D CPU int64 tensor, got tensor([[0, 1]])"),
+        (
+            lambda: ComputePaddingLayout(3, torch.tensor([0, 1], dtype=torch.int32), "test"),
+            "test: valid_rows must be a 1-D CPU int64 tensor, got tensor([0, 1], dtype=torch.int32)",
+        ),
+        (
+            lambda: ComputePaddingLayout(3, torch.tensor([[0, 1]]), "test"),
+            "test: valid_rows must be a 1-D CPU int64 tensor, got tensor([[0, 1]])",
+        ),
         (lambda: ComputePaddingLayout(4, torch.tensor([0, 1, 4]), "test"), "test: valid rows outside [0, 4)"),
-        (lambda: ComputePaddingLayout(4, torch.tensor([0, 2, 1]), "test"),
-         "test: valid rows must be strictly increasing"),
+        (
+            lambda: ComputePaddingLayout(4, torch.tensor([0, 2, 1]), "test"),
+            "test: valid rows must be strictly increasing",
+        ),
     ],
-    ids=["rows-below-lane-slots", "negative-length", "bad-rank", "negative-rows", "int32", "2-d",
-         "last-row-outside", "not-increasing"],
+    ids=[
+        "rows-below-lane-slots",
+        "negative-length",
+        "bad-rank",
+        "negative-rows",
+        "int32",
+        "2-d",
+        "last-row-outside",
+        "not-increasing",
+    ],
 )
 def test_bad_input_is_refused_with_a_message_that_names_it(build, message):
     """Every check looks at the whole input (the last valid row, each neighbour pair, the dtype
@@ -140,7 +154,8 @@ def _rows_upstream_lets_through(layout):
 
 
 @pytest.mark.xfail(
-    strict=True, raises=AssertionError,
+    strict=True,
+    raises=AssertionError,
     reason="upstream's suffix mask drops valid lane-slot rows and admits dummy ones",
 )
 def test_upstream_suffix_mask_keeps_exactly_the_valid_lane_slot_rows():

@@ -25,7 +25,9 @@ FINISHED = "finished"  # no abort: the request finishes normally
 def cases() -> list[tuple[str, str, bool]]:
     from tests.support.abort_scripts import ABORT_CODES
 
-    aborts = [(key, via, stream) for key in sorted(ABORT_CODES) for via in ("output", "abort_req") for stream in (False, True)]
+    aborts = [
+        (key, via, stream) for key in sorted(ABORT_CODES) for via in ("output", "abort_req") for stream in (False, True)
+    ]
     return [(FINISHED, "output", False), (FINISHED, "output", True)] + aborts
 
 

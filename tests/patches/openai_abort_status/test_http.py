@@ -80,7 +80,13 @@ def check_message(message: str, key: str) -> None:
 
 
 def finish_reasons(payloads: list) -> list:
-    return [c["finish_reason"] for p in payloads if isinstance(p, dict) for c in p.get("choices", []) if c.get("finish_reason")]
+    return [
+        c["finish_reason"]
+        for p in payloads
+        if isinstance(p, dict)
+        for c in p.get("choices", [])
+        if c.get("finish_reason")
+    ]
 
 
 def errors(payloads: list) -> list:
@@ -195,9 +201,7 @@ def test_stream_abort_after_first_chunk_is_an_in_band_error(patched_client, endp
 
 @pytest.mark.parametrize("after", [0, 2])
 def test_n2_chat_stream_with_aborting_choices(patched, patched_client, after):
-    r = patched_client.post(
-        PATHS["chat"], json=body_for("chat", f"abort=np_503 after={after}", stream=True, n=2)
-    )
+    r = patched_client.post(PATHS["chat"], json=body_for("chat", f"abort=np_503 after={after}", stream=True, n=2))
     if after == 0:
         assert r.status_code == 503
     else:
@@ -209,7 +213,9 @@ def test_n2_chat_stream_with_aborting_choices(patched, patched_client, after):
 
 
 def test_n2_non_stream_with_aborting_choices(patched_client):
-    r = patched_client.post(PATHS["completions"], json=body_for("completions", "abort=str_503 after=1", stream=False, n=2))
+    r = patched_client.post(
+        PATHS["completions"], json=body_for("completions", "abort=str_503 after=1", stream=False, n=2)
+    )
     assert r.status_code == 503
 
 
@@ -383,6 +389,7 @@ def test_in_band_server_is_clean(in_band):
 
 
 # --------------------------------------------------------------------------- without the overlay
+
 
 # What 0.5.20 answers (written out): a plain or numpy 503 in a stream is a graceful abort;
 def test_upstream_answers_http_200_for_an_abort_before_the_first_chunk(upstream):

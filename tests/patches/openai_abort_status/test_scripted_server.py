@@ -34,9 +34,7 @@ def test_completion_text_finish_and_word_usage(server):
 
 
 def test_stop_sequence_is_matched(server):
-    r = httpx.post(
-        server.base_url + "/v1/completions", json={"model": "m", "prompt": "x", "stop": ["general"]}
-    )
+    r = httpx.post(server.base_url + "/v1/completions", json={"model": "m", "prompt": "x", "stop": ["general"]})
     choice = r.json()["choices"][0]
     assert choice["text"] == "hello there " and choice["matched_stop"] == "general"
 

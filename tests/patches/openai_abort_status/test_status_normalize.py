@@ -86,9 +86,7 @@ def test_never_raises_and_always_answers_an_error_status_or_none(value):
     else:
         assert isinstance(result.status, HTTPStatus) and result.status >= 400
         assert (result.note is None) == (
-            not isinstance(value, bool)
-            and isinstance(value, (int, float, str, bytes))
-            and _is_known_error_code(value)
+            not isinstance(value, bool) and isinstance(value, (int, float, str, bytes)) and _is_known_error_code(value)
         )
 
 
@@ -157,7 +155,10 @@ def test_a_value_that_cannot_be_inspected_becomes_500_with_a_note():
 def test_a_missing_message_gets_the_default_before_the_note():
     reason = {"type": "abort", "status_code": "abc"}
     normalize_finish_reason(reason)
-    assert reason["message"] == "Generation aborted. (abort status_code 'abc' is not an HTTP error status; reported as 500)"
+    assert (
+        reason["message"]
+        == "Generation aborted. (abort status_code 'abc' is not an HTTP error status; reported as 500)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -114,8 +114,9 @@ def error_event(code: int, message: str | None) -> str:
     return "data: " + json.dumps({"error": error}) + "\n\n"
 
 
-@pytest.mark.parametrize("code, message, shown", [(400, "bad", "bad"), (429, None, "Generation aborted."),
-                                                  (500, "", "Generation aborted.")])
+@pytest.mark.parametrize(
+    "code, message, shown", [(400, "bad", "bad"), (429, None, "Generation aborted."), (500, "", "Generation aborted.")]
+)
 def test_every_error_status_from_400_up_becomes_the_http_status(code, message, shown):
     response, _, _ = wrap(SSE([error_event(code, message), DONE]))
     assert response.status_code == code

@@ -107,7 +107,9 @@ def _build_model(out: Path, tokenizer) -> None:
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config)
     model.save_pretrained(out, safe_serialization=True)
-    GenerationConfig(eos_token_id=eos, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id).save_pretrained(out)
+    GenerationConfig(
+        eos_token_id=eos, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id
+    ).save_pretrained(out)
 
 
 def build_tiny_model(cache_dir: str | os.PathLike | None = None) -> Path:

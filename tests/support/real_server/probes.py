@@ -67,7 +67,11 @@ def _error_fields(payload) -> tuple[int | None, str | None, str]:
         return None, None, str(payload)
     err = payload.get("error") if isinstance(payload.get("error"), dict) else payload
     code = err.get("code")
-    return (code if isinstance(code, int) else None), err.get("type"), str(err.get("message") or err.get("detail") or "")
+    return (
+        (code if isinstance(code, int) else None),
+        err.get("type"),
+        str(err.get("message") or err.get("detail") or ""),
+    )
 
 
 def _classify_json(route: str, status: int, text: str) -> Outcome:
@@ -153,8 +157,11 @@ def server_load(url: str) -> dict:
     """Running and queued request counts, from the scheduler (``/v1/loads?include=core``)."""
     data = httpx.get(url + "/v1/loads", params={"include": "core"}, timeout=10).json()
     loads = data.get("loads") or []
-    return {"running": sum(int(_find(x, "num_running_reqs") or 0) for x in loads),
-            "queued": sum(int(_find(x, "num_waiting_reqs") or 0) for x in loads), "raw": loads}
+    return {
+        "running": sum(int(_find(x, "num_running_reqs") or 0) for x in loads),
+        "queued": sum(int(_find(x, "num_waiting_reqs") or 0) for x in loads),
+        "raw": loads,
+    }
 
 
 class QueueLost(RuntimeError):
@@ -172,9 +179,12 @@ class QueueFiller:
         self.finished = [threading.Event() for _ in self.rids]
 
     def _run(self, i: int) -> None:
-        body = {"rid": self.rids[i], "text": f"filler {i}: Natalia sold clips",
-                "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True},
-                "stream": True}
+        body = {
+            "rid": self.rids[i],
+            "text": f"filler {i}: Natalia sold clips",
+            "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True},
+            "stream": True,
+        }
         try:
             with httpx.stream("POST", self.url + "/generate", json=body, timeout=120) as resp:
                 for _ in resp.iter_lines():

@@ -49,13 +49,18 @@ OVERLAY_PLUGIN = "sglang_overlay"
 LAUNCH_ID_ENV = "SGLANG_OVERLAY_TEST_SERVER"
 
 CPU_FLAGS = (
-    "--device", "cpu",
-    "--attention-backend", "torch_native",
-    "--sampling-backend", "pytorch",
+    "--device",
+    "cpu",
+    "--attention-backend",
+    "torch_native",
+    "--sampling-backend",
+    "pytorch",
     "--disable-cuda-graph",
     "--disable-overlap-schedule",
-    "--mem-fraction-static", "0.05",
-    "--max-total-tokens", "8192",
+    "--mem-fraction-static",
+    "0.05",
+    "--max-total-tokens",
+    "8192",
 )
 # Real scheduler-side error-status aborts, reachable on demand (see tests/e2e/test_abort_matrix.py):
 # a request with a priority is refused with 503 (scheduler.py:3229-3256), a full waiting queue refuses
@@ -63,14 +68,18 @@ CPU_FLAGS = (
 # (SGLANG_REQ_RUNNING_TIMEOUT, scheduler.py:3299-3353 and abort_request :5363-5369).
 RUNNING_TIMEOUT_S = 4.0
 ABORT_FLAGS = (
-    "--max-running-requests", "2",
-    "--max-queued-requests", "1",
+    "--max-running-requests",
+    "2",
+    "--max-queued-requests",
+    "1",
     "--abort-on-priority-when-disabled",
 )
 HICACHE_FLAGS = (
     "--enable-hierarchical-cache",
-    "--hicache-io-backend", "direct",
-    "--hicache-mem-layout", "layer_first",
+    "--hicache-io-backend",
+    "direct",
+    "--hicache-mem-layout",
+    "layer_first",
 )
 
 
@@ -138,8 +147,9 @@ class ServerConfig:
 
     def environment(self, launch_id: str) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [*self.pythonpath_first, str(STANDINS), *overlay_path(),
-                                                          os.environ.get("PYTHONPATH", "")]))
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [*self.pythonpath_first, str(STANDINS), *overlay_path(), os.environ.get("PYTHONPATH", "")])
+        )
         env.update(
             SGLANG_USE_CPU_ENGINE="1",
             HF_HUB_OFFLINE="1",
@@ -161,8 +171,9 @@ class ServerConfig:
 
 def run_status(url: str, *extra: str) -> subprocess.CompletedProcess:
     """``sglang-overlay status --url URL`` as an operator runs it (this environment's console script)."""
-    return subprocess.run([str(VENV_BIN / "sglang-overlay"), "status", "--url", url, *extra],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(VENV_BIN / "sglang-overlay"), "status", "--url", url, *extra], capture_output=True, text=True, timeout=120
+    )
 
 
 def free_port() -> int:
@@ -300,32 +311,49 @@ def _wait_ready(server: RealServer, timeout_s: float, poll_s: float = 0.5) -> No
         while True:
             code = server.process.poll()
             if code is not None:
-                raise ServerStartError(f"server {server.config.name} exited with {code} before it was ready; "
-                                       f"log {server.log_path}:\n{server.log_tail()}")
+                raise ServerStartError(
+                    f"server {server.config.name} exited with {code} before it was ready; "
+                    f"log {server.log_path}:\n{server.log_tail()}"
+                )
             log = server.log_text()
             if f"('127.0.0.1', {server.port}): address already in use" in log:
-                raise PortTaken(f"server {server.config.name}: port {server.port} was taken before uvicorn bound it; "
-                                f"log {server.log_path}")
+                raise PortTaken(
+                    f"server {server.config.name}: port {server.port} was taken before uvicorn bound it; "
+                    f"log {server.log_path}"
+                )
             deaths = sum(1 for line in log.splitlines() if WORKER_DIED in line and "died" in line)
             if deaths >= MAX_WORKER_DEATHS:
-                raise ServerStartError(f"server {server.config.name}: {deaths} tokenizer workers died before it was "
-                                       f"ready (uvicorn respawns them forever); log {server.log_path}:\n{server.log_tail()}")
+                raise ServerStartError(
+                    f"server {server.config.name}: {deaths} tokenizer workers died before it was "
+                    f"ready (uvicorn respawns them forever); log {server.log_path}:\n{server.log_tail()}"
+                )
             try:
-                if client.get(f"{server.url}/health").status_code == 200 and \
-                        client.get(f"{server.url}/v1/models").status_code == 200 and \
-                        (server.config.tokenizer_workers == 1
-                         or len(server.tokenizer_workers()) >= server.config.tokenizer_workers):
+                if (
+                    client.get(f"{server.url}/health").status_code == 200
+                    and client.get(f"{server.url}/v1/models").status_code == 200
+                    and (
+                        server.config.tokenizer_workers == 1
+                        or len(server.tokenizer_workers()) >= server.config.tokenizer_workers
+                    )
+                ):
                     return
             except httpx.HTTPError:
                 pass
             if time.monotonic() - start > timeout_s:
-                raise ServerStartError(f"server {server.config.name} not ready after {timeout_s:.0f} s; "
-                                       f"log {server.log_path}:\n{server.log_tail()}")
+                raise ServerStartError(
+                    f"server {server.config.name} not ready after {timeout_s:.0f} s; "
+                    f"log {server.log_path}:\n{server.log_tail()}"
+                )
             time.sleep(poll_s)
 
 
-def start_server(config: ServerConfig, log_dir: str | os.PathLike, model_dir: Path | None = None,
-                 timeout_s: float = 300.0, poll_s: float = 0.5) -> RealServer:
+def start_server(
+    config: ServerConfig,
+    log_dir: str | os.PathLike,
+    model_dir: Path | None = None,
+    timeout_s: float = 300.0,
+    poll_s: float = 0.5,
+) -> RealServer:
     """Launch and wait until ready; on failure the launch is stopped whole and ServerStartError raised.
 
     ``poll_s`` is the readiness poll interval, so also the resolution of ``time_to_ready``."""
@@ -347,8 +375,15 @@ def _start_once(config: ServerConfig, log_dir: Path, model_dir: Path, timeout_s:
         log.write(("$ " + " ".join(config.command(model_dir, port)) + "\n").encode())
         log.flush()
         started = time.monotonic()
-        proc = subprocess.Popen(config.command(model_dir, port), cwd=overlay_cwd(), env=config.environment(launch_id),
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            config.command(model_dir, port),
+            cwd=overlay_cwd(),
+            env=config.environment(launch_id),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     server = RealServer(config, port, proc, log_path, launch_id)
     try:
         _wait_ready(server, timeout_s, poll_s)
@@ -360,8 +395,13 @@ def _start_once(config: ServerConfig, log_dir: Path, model_dir: Path, timeout_s:
 
 
 @contextmanager
-def running_server(config: ServerConfig, log_dir: str | os.PathLike, model_dir: Path | None = None,
-                   timeout_s: float = 300.0, poll_s: float = 0.5):
+def running_server(
+    config: ServerConfig,
+    log_dir: str | os.PathLike,
+    model_dir: Path | None = None,
+    timeout_s: float = 300.0,
+    poll_s: float = 0.5,
+):
     server = start_server(config, log_dir, model_dir, timeout_s, poll_s)
     try:
         yield server

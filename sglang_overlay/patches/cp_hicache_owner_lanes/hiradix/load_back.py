@@ -39,8 +39,13 @@ def _timed_plan(cache, state, metas, free_before, last_hit_node):
         logger.warning(
             "owner-lane load-back: planning for node %d took %.2f ms (threshold %.2f ms, "
             "%d leaves scanned); need=%s free=%s deficit=%s",
-            last_hit_node.id, plan_ms, state.slow_plan_ms, plan.scanned,
-            lanes(need), lanes(free_before), lanes(plan.deficit),
+            last_hit_node.id,
+            plan_ms,
+            state.slow_plan_ms,
+            plan.scanned,
+            lanes(need),
+            lanes(free_before),
+            lanes(plan.deficit),
         )
     return need, plan
 
@@ -58,8 +63,12 @@ def _evict_for_plan(cache, state, plan, need, free_before, last_hit_node) -> boo
     logger.warning(
         "owner-lane load-back: eviction for node %d freed less than planned: "
         "planned=%s freed=%s need=%s free=%s deficit=%s",
-        last_hit_node.id, lanes(plan.pages_per_lane), lanes(freed),
-        lanes(need), lanes(free_before), lanes(plan.deficit),
+        last_hit_node.id,
+        lanes(plan.pages_per_lane),
+        lanes(freed),
+        lanes(need),
+        lanes(free_before),
+        lanes(plan.deficit),
     )
     return True
 
@@ -74,8 +83,12 @@ def _plan_evict_alloc(cache, state, metas, last_loc, last_hit_node):
         logger.warning(
             "owner-lane load-back: refused for node %d, deficit remains after planning: "
             "need=%s free=%s deficit=%s uncovered=%s (%d leaves scanned); nothing evicted",
-            last_hit_node.id, lanes(need), lanes(free_before), lanes(plan.deficit),
-            lanes(plan.remaining), plan.scanned,
+            last_hit_node.id,
+            lanes(need),
+            lanes(free_before),
+            lanes(plan.deficit),
+            lanes(plan.remaining),
+            plan.scanned,
         )
         return None
 
@@ -86,7 +99,9 @@ def _plan_evict_alloc(cache, state, metas, last_loc, last_hit_node):
         logger.warning(
             "owner-lane load-back: refused for node %d, classes still short after the "
             "planned eviction: need=%s free=%s deficit=%s",
-            last_hit_node.id, lanes(need), lanes(state.allocator.class_free_page_counts()),
+            last_hit_node.id,
+            lanes(need),
+            lanes(state.allocator.class_free_page_counts()),
             lanes(plan.deficit),
         )
     return device_indices
@@ -104,9 +119,7 @@ def owner_classed_load_back(cache, state, node, mem_quota: Optional[int] = None)
     # protect the ancestor nodes from eviction
     delta = cache.inc_lock_ref(ancestor).delta
     num_tokens = sum(len(n.host_value) for n in nodes_to_load)
-    if num_tokens < cache.load_back_threshold or (
-        mem_quota is not None and num_tokens > mem_quota + delta
-    ):
+    if num_tokens < cache.load_back_threshold or (mem_quota is not None and num_tokens > mem_quota + delta):
         cache.dec_lock_ref(ancestor)
         return None
     if cache._get_extra_pools():
@@ -150,9 +163,7 @@ def commit_load(cache, nodes_to_load, last_hit_node, device_indices, metas=None)
     from sglang.srt.managers.cache_controller import CacheOperation
 
     host_indices = torch.cat([n.host_value for n in nodes_to_load])
-    cache.cache_controller.load_queue.append(
-        CacheOperation(host_indices, device_indices, last_hit_node.id)
-    )
+    cache.cache_controller.load_queue.append(CacheOperation(host_indices, device_indices, last_hit_node.id))
     for n in nodes_to_load:
         n.release_host()
     cache.ongoing_load_back[last_hit_node.id] = last_hit_node

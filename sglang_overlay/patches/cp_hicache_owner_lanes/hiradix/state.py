@@ -79,9 +79,7 @@ def ensure_meta(cache, state: OwnerLaneState, node) -> md.CpHiCacheNodeMetadata:
     for n in reversed(chain):
         pages = node_pages(n, state.page_size)
         if parent_meta is None:
-            meta = md.CpHiCacheNodeMetadata.for_chain(
-                state.shard_size, state.allocator.least_full_class(), 0, pages
-            )
+            meta = md.CpHiCacheNodeMetadata.for_chain(state.shard_size, state.allocator.least_full_class(), 0, pages)
         else:
             meta = parent_meta.continuation(pages)
         md.put(n, meta)

@@ -14,39 +14,79 @@ RELEASE = Release(
     ">=0.5.23",
     targets=(
         # upstream keeps the rotation bases (no metadata hooks); the plan replaces the load-back gate
-        Target(_UNIFIED, "UnifiedRadixCache._load_back_transfers", f"{__name__}.gate:load_back_transfers_hook",
-               "AROUND"),
+        Target(
+            _UNIFIED, "UnifiedRadixCache._load_back_transfers", f"{__name__}.gate:load_back_transfers_hook", "AROUND"
+        ),
         # prefill/decode capacity eviction (the min-lane floor) filled per owner lane
-        Target("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.evict_to_free_tokens",
-               f"{__name__}.capacity:evict_to_free_tokens_hook", "AROUND"),
+        Target(
+            "sglang.srt.mem_cache.allocator.base",
+            "BaseTokenToKVPoolAllocator.evict_to_free_tokens",
+            f"{__name__}.capacity:evict_to_free_tokens_hook",
+            "AROUND",
+        ),
         # the host-backup gate (the min-lane host floor) asks the lanes the backup draws from
-        Target(_UNIFIED, "UnifiedRadixCache._execute_kv_backup", f"{__name__}.host_backup:execute_kv_backup_hook",
-               "AROUND"),
+        Target(
+            _UNIFIED, "UnifiedRadixCache._execute_kv_backup", f"{__name__}.host_backup:execute_kv_backup_hook", "AROUND"
+        ),
     ),
     depends=(
-        Dependency("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.available_size", "unified.host_backup"),
-        Dependency("sglang.srt.mem_cache.allocator.page_interleave", "PageInterleavePoolAllocator.class_free_page_counts", "unified.capacity,unified.gate,unified.host_backup,unified.planning"),
+        Dependency(
+            "sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.available_size", "unified.host_backup"
+        ),
+        Dependency(
+            "sglang.srt.mem_cache.allocator.page_interleave",
+            "PageInterleavePoolAllocator.class_free_page_counts",
+            "unified.capacity,unified.gate,unified.host_backup,unified.planning",
+        ),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.cache_controller", "unified.host_backup"),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.metrics_collector", "unified.state"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.update_eviction_metrics", "unified.eviction"),
+        Dependency(
+            "sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.update_eviction_metrics", "unified.eviction"
+        ),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "DecLockRefParams.node_id", "unified.gate"),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.key", "unified.planning,unified.tree_view"),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.priority", "unified.planning,unified.state"),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.rotation_base", "unified.tree_view"),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.value", "planner,unified.tree_view"),
-        Dependency("sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.host_value", "unified.planning"),
-        Dependency("sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.lock_ref", "planner,unified.tree_view"),
-        Dependency("sglang.srt.mem_cache.unified_cache.components.full", "FullComponent._ensure_eviction_strategy", "unified.state"),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._component_available_size", "unified.gate"),
+        Dependency(
+            "sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.host_value", "unified.planning"
+        ),
+        Dependency(
+            "sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.lock_ref", "planner,unified.tree_view"
+        ),
+        Dependency(
+            "sglang.srt.mem_cache.unified_cache.components.full",
+            "FullComponent._ensure_eviction_strategy",
+            "unified.state",
+        ),
+        Dependency(
+            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._component_available_size", "unified.gate"
+        ),
         Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._demote", "unified.eviction"),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._drop_subtree_no_host", "unified.eviction"),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._evict_device_leaf", "unified.eviction"),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._execute_and_commit_kv_backup", "unified.eviction"),
+        Dependency(
+            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._drop_subtree_no_host", "unified.eviction"
+        ),
+        Dependency(
+            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._evict_device_leaf", "unified.eviction"
+        ),
+        Dependency(
+            "sglang.srt.mem_cache.unified_radix_cache",
+            "UnifiedRadixCache._execute_and_commit_kv_backup",
+            "unified.eviction",
+        ),
         Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.evict_for_alloc", "unified.gate"),
         Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.is_write_back", "unified.eviction"),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.page_size", "unified.capacity,unified.host_backup,unified.planning,unified.state,unified.tree_view"),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.root_node", "planner,unified.tree_view"),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.supports_prefix_sharing", "unified.capacity"),
+        Dependency(
+            "sglang.srt.mem_cache.unified_radix_cache",
+            "UnifiedRadixCache.page_size",
+            "unified.capacity,unified.host_backup,unified.planning,unified.state,unified.tree_view",
+        ),
+        Dependency(
+            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.root_node", "planner,unified.tree_view"
+        ),
+        Dependency(
+            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.supports_prefix_sharing", "unified.capacity"
+        ),
         Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.writing_check", "unified.eviction"),
     ),
 )

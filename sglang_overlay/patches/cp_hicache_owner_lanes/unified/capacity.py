@@ -42,9 +42,10 @@ def evict_to_free_tokens_hook(original, self, tree_cache, num_tokens, *args, **k
     if min(after) >= per_lane:
         return None
     counters.record_warning(ctr.WARN_SHORT_EVICTION)
-    logger.warning("owner-lane capacity eviction: the planned eviction freed less than planned, upstream's "
-                   "eviction continues; %s",
-                   lane_report(planned=plan.pages_per_lane, freed=freed, need=need, free=after))
+    logger.warning(
+        "owner-lane capacity eviction: the planned eviction freed less than planned, upstream's eviction continues; %s",
+        lane_report(planned=plan.pages_per_lane, freed=freed, need=need, free=after),
+    )
     return original(self, tree_cache, num_tokens)
 
 

@@ -34,7 +34,8 @@ def evict_planned(cache, nodes: Sequence) -> int:
         elif cache._drop_subtree_no_host(node.id, tracker):
             logger.warning(
                 "write_back: KV subtree dropped without backup due to host memory pressure, "
-                "root node %d (owner-lane eviction)", node.id,
+                "root node %d (owner-lane eviction)",
+                node.id,
             )
     if cache.is_write_back:
         cache.writing_check(write_back=True)

@@ -93,8 +93,11 @@ class LaneGate:
         self._count_plan(plan, need, free, (time.perf_counter() - t0) * 1e3)
         if not plan.covered:
             state.counters.record_warning(ctr.WARN_REFUSED)
-            logger.debug("owner-lane load-back: node %d refused, nothing evicted; %s", self.node_id,
-                         lane_report(need=need, free=free, uncovered=plan.remaining))
+            logger.debug(
+                "owner-lane load-back: node %d refused, nothing evicted; %s",
+                self.node_id,
+                lane_report(need=need, free=free, uncovered=plan.remaining),
+            )
             return 0
         if not plan.leaves:
             return tokens
@@ -105,17 +108,25 @@ class LaneGate:
         still_short = any(a < x for a, x in zip(after, need))
         if still_short or any(f < p for f, p in zip(freed, plan.pages_per_lane)):
             state.counters.record_warning(ctr.WARN_SHORT_EVICTION)
-            logger.warning("owner-lane load-back: node %d, the planned eviction freed less than planned%s; %s",
-                           self.node_id, " (load refused)" if still_short else "",
-                           lane_report(planned=plan.pages_per_lane, freed=freed, need=need, free=after))
+            logger.warning(
+                "owner-lane load-back: node %d, the planned eviction freed less than planned%s; %s",
+                self.node_id,
+                " (load refused)" if still_short else "",
+                lane_report(planned=plan.pages_per_lane, freed=freed, need=need, free=after),
+            )
         return 0 if still_short else tokens
 
     def _count_plan(self, plan, need, free, plan_ms: float) -> None:
         limit = self.state.slow_plan_ms
         if self.state.counters.record_plan(plan, plan_ms, limit):
-            logger.warning("owner-lane load-back: node %d, planning took %.2f ms > %.2f ms (%d nodes scanned); %s",
-                           self.node_id, plan_ms, limit, plan.scanned,
-                           lane_report(need=need, free=free, deficit=plan.deficit))
+            logger.warning(
+                "owner-lane load-back: node %d, planning took %.2f ms > %.2f ms (%d nodes scanned); %s",
+                self.node_id,
+                plan_ms,
+                limit,
+                plan.scanned,
+                lane_report(need=need, free=free, deficit=plan.deficit),
+            )
 
     def account(self, loaded: bool) -> None:
         """Count the outcome of a call the gate decided (upstream may refuse before the gate)."""
@@ -124,5 +135,8 @@ class LaneGate:
         self.state.counters.record_outcome(bool(loaded))
         if self.admitted and not loaded:
             self.state.counters.record_warning(ctr.WARN_SHORT_EVICTION)
-            logger.warning("owner-lane load-back: node %d admitted per lane but upstream's load failed; %s",
-                           self.node_id, lane_report(free=self.state.allocator.class_free_page_counts()))
+            logger.warning(
+                "owner-lane load-back: node %d admitted per lane but upstream's load failed; %s",
+                self.node_id,
+                lane_report(free=self.state.allocator.class_free_page_counts()),
+            )

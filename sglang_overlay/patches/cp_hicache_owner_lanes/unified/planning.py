@@ -58,8 +58,7 @@ def plan_load_back(cache, state: LaneState, node_id, free: Optional[Sequence[int
     return tokens, need, free, plan_lanes(cache, state, need, free, tree)
 
 
-def plan_lanes(cache, state: LaneState, need: Sequence[int], free: Sequence[int],
-               tree: Optional[TreeView] = None):
+def plan_lanes(cache, state: LaneState, need: Sequence[int], free: Sequence[int], tree: Optional[TreeView] = None):
     """The owner-lane plan covering ``need - free`` per lane on ``cache`` (pure CPU, nothing evicted)."""
     if tree is None:
         tree = TreeView(cache.tree_core, state.priority, state.shard_size, state.page_size)

@@ -72,7 +72,8 @@ def _build(cache):
         else:
             logger.warning(
                 "owner-lane load-back inactive on this page-interleaved cache (%s): upstream's "
-                "lane-blind load-back gate applies", reason,
+                "lane-blind load-back gate applies",
+                reason,
             )
     return state
 

@@ -85,9 +85,7 @@ class TreeView:
             cur = cur.parent
         for x in reversed(pending):
             parent = views.get(x.parent) if x.parent is not None else None
-            prefix = 0 if parent is None else parent.prefix_tokens + (
-                0 if x.parent is self.root else len(x.parent.key)
-            )
+            prefix = 0 if parent is None else parent.prefix_tokens + (0 if x.parent is self.root else len(x.parent.key))
             views[x] = NodeView(x, self, prefix)
         return views[node]
 

@@ -22,7 +22,11 @@ RELEASE = Release(
         Dependency("sglang.srt.layers.moe.utils", "get_moe_a2a_backend", "forward_context.startup"),
         Dependency("sglang.srt.model_executor.cuda_graph_config", "Backend.BREAKABLE", "forward_context.startup"),
         Dependency("sglang.srt.model_executor.cuda_graph_config", "PhaseConfig.backend", "forward_context.startup"),
-        Dependency("sglang.srt.model_executor.forward_context", "ForwardContext.moe_num_token_non_padded", "forward_context.forward"),
+        Dependency(
+            "sglang.srt.model_executor.forward_context",
+            "ForwardContext.moe_num_token_non_padded",
+            "forward_context.forward",
+        ),
         Dependency("sglang.srt.model_executor.forward_context", "forward_context", "forward_context.forward"),
         Dependency("sglang.srt.model_executor.forward_context", "get_forward_context", "forward_context.forward"),
         Dependency("sglang.srt.model_executor.forward_context", "has_forward_context", "forward_context.forward"),

@@ -44,5 +44,11 @@ def compact_count_in_context(count):
 
 def forward_deepep(original, self, hidden_states, forward_batch=None, input_ids_global=None):
     """AROUND ``DeepseekV2MoE.forward_deepep`` (>= 0.5.23)."""
-    return run_on_valid_rows(original, self, hidden_states, forward_batch, input_ids_global=input_ids_global,
-                             count_scope=compact_count_in_context)
+    return run_on_valid_rows(
+        original,
+        self,
+        hidden_states,
+        forward_batch,
+        input_ids_global=input_ids_global,
+        count_scope=compact_count_in_context,
+    )

@@ -9,7 +9,11 @@ from sglang_overlay.core.registry import Release, Target
 RELEASE = Release(
     "<0.5.23",
     targets=(
-        Target("sglang.srt.managers.tokenizer_manager", "TokenizerManager._handle_abort_finish_reason",
-               f"{__name__}.finish_reason:handle_abort_finish_reason", "AROUND"),
+        Target(
+            "sglang.srt.managers.tokenizer_manager",
+            "TokenizerManager._handle_abort_finish_reason",
+            f"{__name__}.finish_reason:handle_abort_finish_reason",
+            "AROUND",
+        ),
     ),
 )

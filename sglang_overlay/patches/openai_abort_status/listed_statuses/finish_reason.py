@@ -27,6 +27,8 @@ def _lora_release_owed(manager, out: dict, state) -> bool:
     500/503 branch releases it again after ``_handle_batch_output``: a double release).
     """
     return bool(manager.enable_lora and state.obj.lora_path) and "prompt_tokens" not in out["meta_info"]
+
+
 # --- end LoRA ---------------------------------------------------------------------------------------
 
 

@@ -14,10 +14,19 @@ import pytest
 
 from tests.support.owner_lanes_bench import run_bench
 
-KEYS = ("speedup_end_to_end_10k", "speedup_end_to_end_100k", "speedup_vs_tensor_10k",
-        "speedup_vs_upstream_evict_100k", "success_rate", "success_rate_on_coverable",
-        "upstream_success_rate", "amplification_max", "tensor_ops_during_planning",
-        "host_syncs_during_planning", "host_syncs_end_to_end_per_load")
+KEYS = (
+    "speedup_end_to_end_10k",
+    "speedup_end_to_end_100k",
+    "speedup_vs_tensor_10k",
+    "speedup_vs_upstream_evict_100k",
+    "success_rate",
+    "success_rate_on_coverable",
+    "upstream_success_rate",
+    "amplification_max",
+    "tensor_ops_during_planning",
+    "host_syncs_during_planning",
+    "host_syncs_end_to_end_per_load",
+)
 
 
 def assert_counted_goals(result):

@@ -212,9 +212,7 @@ def test_impossible_deficit_refused_cleanly(caplog):
 
     before = snapshot()
     with caplog.at_level(logging.WARNING, logger="sglang_overlay.patches.cp_hicache_owner_lanes"):
-        indices, last = cache.init_load_back(
-            hc.InitLoadBackParams(best_match_node=node, host_hit_length=len(target))
-        )
+        indices, last = cache.init_load_back(hc.InitLoadBackParams(best_match_node=node, host_hit_length=len(target)))
     assert len(indices) == 0 and last is cache.root_node  # a cache miss
     assert snapshot() == before  # nothing evicted, no page or lock leaked
     assert node.host_ref_counter == 0 and node.evicted and node.backuped
@@ -223,9 +221,12 @@ def test_impossible_deficit_refused_cleanly(caplog):
     warnings = [r for r in caplog.records if "refused" in r.getMessage()]
     assert len(warnings) == 1
     msg = warnings[0].getMessage()
-    assert re.fullmatch(rf"owner-lane load-back: refused for node {node.id}, deficit remains after planning: "
-                        r"need=\[1,1,1,1\] free=\[[0-9,]+\] deficit=\[0,0,0,1\] uncovered=\[0,0,0,1\] "
-                        r"\(\d+ leaves scanned\); nothing evicted", msg), msg
+    assert re.fullmatch(
+        rf"owner-lane load-back: refused for node {node.id}, deficit remains after planning: "
+        r"need=\[1,1,1,1\] free=\[[0-9,]+\] deficit=\[0,0,0,1\] uncovered=\[0,0,0,1\] "
+        r"\(\d+ leaves scanned\); nothing evicted",
+        msg,
+    ), msg
     c = counters_of(cache)
     assert c.refused == 1 and c.warnings == {"deficit_remains": 1} and c.leaves_evicted == 0
     for x in leaves[3]:
@@ -260,8 +261,9 @@ def test_an_eviction_that_frees_less_than_planned_refuses_with_one_warning(caplo
     assert len(messages) == 1, messages
     assert messages[0].startswith("owner-lane load-back: eviction for node ")
     assert " freed less than planned: " in messages[0]
-    assert re.search(r"planned=\[1,0,0,0\] freed=\[0,0,0,0\] need=\[1,1,1,1\] free=\[0,2,2,2\] deficit=\[1,0,0,0\]$",
-                     messages[0]), messages[0]
+    assert re.search(
+        r"planned=\[1,0,0,0\] freed=\[0,0,0,0\] need=\[1,1,1,1\] free=\[0,2,2,2\] deficit=\[1,0,0,0\]$", messages[0]
+    ), messages[0]
     c = counters_of(cache)
     assert c.warnings == {"evicted_less_than_planned": 1} and c.pages_evicted_per_lane == [0, 0, 0, 0]
     assert c.leaves_evicted == 1  # the planned leaf, counted as the plan's
@@ -305,8 +307,11 @@ def test_write_back_eviction_counts_backed_up_and_newly_backed_up_leaves_alike()
     assert backed.evicted and fresh_leaf.evicted and fresh_leaf.backuped
 
 
-@pytest.mark.parametrize("threshold, quota, loads", [(24, 36, True), (25, None, False), (0, 35, False)],
-                         ids=["at-both-bounds", "below-threshold", "over-quota"])
+@pytest.mark.parametrize(
+    "threshold, quota, loads",
+    [(24, 36, True), (25, None, False), (0, 35, False)],
+    ids=["at-both-bounds", "below-threshold", "over-quota"],
+)
 def test_the_threshold_and_quota_gates_are_upstreams_and_release_the_resident_prefix(threshold, quota, loads):
     """HiRadixCache.load_back's own gates, kept by the hook: at least ``load_back_threshold`` tokens, and
     at most ``mem_quota`` plus the lock delta of the resident prefix (locking its 12 tokens: -12, so a
@@ -335,8 +340,11 @@ def test_an_allocation_that_fails_after_the_planned_eviction_refuses_with_one_wa
     assert len(indices) == 0 and last is cache.root_node
     messages = [r.getMessage() for r in caplog.records if r.name.startswith("sglang_overlay")]
     assert len(messages) == 1, messages
-    assert re.fullmatch(r"owner-lane load-back: refused for node \d+, classes still short after the planned "
-                        r"eviction: need=\[1,1,1,1\] free=\[1,2,2,2\] deficit=\[1,0,0,0\]", messages[0]), messages[0]
+    assert re.fullmatch(
+        r"owner-lane load-back: refused for node \d+, classes still short after the planned "
+        r"eviction: need=\[1,1,1,1\] free=\[1,2,2,2\] deficit=\[1,0,0,0\]",
+        messages[0],
+    ), messages[0]
     assert counters_of(cache).warnings == {"evicted_less_than_planned": 1}
 
 
@@ -385,7 +393,8 @@ def test_a_cache_with_extra_host_pools_is_refused_loudly_and_its_locks_released(
     assert str(raised.value) == (
         "cp-hicache-owner-lanes: owner-classed load-back supports the KV pool only; this cache has extra host "
         "pools (hybrid controller). Disable the patch (SGLANG_OVERLAY_DISABLE=cp-hicache-owner-lanes) or the "
-        "page-interleaved allocator.")
+        "page-interleaved allocator."
+    )
     assert prefix.lock_ref == 0 and suffix.host_ref_counter == 0 and suffix.evicted
 
 
@@ -913,8 +922,13 @@ def test_cache_finished_req_carries_the_request_rotation_base():
     new, _ = hc.alloc_chain(cache, 0, len(toks), base)
     cache.req_to_token_pool.req_to_token[0, : len(toks)] = new.to(torch.int32)
     req = SimpleNamespace(
-        origin_input_ids=array("q", toks), output_ids=array("q"), extra_key=None, cache_salt=None, priority=0,
-        kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0), last_node=None,
+        origin_input_ids=array("q", toks),
+        output_ids=array("q"),
+        extra_key=None,
+        cache_salt=None,
+        priority=0,
+        kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0),
+        last_node=None,
         kv_rotation_base=base,
     )
     cache.cache_finished_req(req, kv_len_to_handle=len(toks))

@@ -58,11 +58,14 @@ def assert_same_tree(cache, tree):
     assert list(map(ht.path_key, by_real)) == list(map(ht.path_key, by_plain))
 
 
-@pytest.mark.parametrize("specs, deficit", [
-    ([(-1, 0, 1, 0), (0, 1, 1, 0)], [1, 0, 0, 0]),  # a lane page behind a useless child
-    ([(-1, 0, 1, 0), (0, 1, 1, 0), (-1, 0, 1, 0)], [1, 0, 0, 0]),  # an older chain before a direct leaf
-    ([(-1, 0, 1, 0), (0, 1, 1, 0), (1, 2, 2, 0)], [1, 0, 0, 0]),  # a deep chain of useless nodes
-])
+@pytest.mark.parametrize(
+    "specs, deficit",
+    [
+        ([(-1, 0, 1, 0), (0, 1, 1, 0)], [1, 0, 0, 0]),  # a lane page behind a useless child
+        ([(-1, 0, 1, 0), (0, 1, 1, 0), (-1, 0, 1, 0)], [1, 0, 0, 0]),  # an older chain before a direct leaf
+        ([(-1, 0, 1, 0), (0, 1, 1, 0), (1, 2, 2, 0)], [1, 0, 0, 0]),  # a deep chain of useless nodes
+    ],
+)
 @pytest.mark.parametrize("policy", ["lru", "mru"])
 def test_the_chain_cases_plan_alike_on_the_real_cache_and_the_stand_in(specs, deficit, policy):
     cache, tokens, _ = ht.build_tree(4, specs, policy=policy)
@@ -99,21 +102,22 @@ def property_case(data, n, specs, policy):
     plan, work = plan_real(cache, deficit, n)
     plain = plan_plain(tree, deficit, n)
     assert list(map(ht.path_key, plan.leaves)) == list(map(ht.path_key, plain.leaves))
-    assert (plan.remaining, plan.pages_per_lane, plan.scanned) == (plain.remaining, plain.pages_per_lane,
-                                                                   plain.scanned)
+    assert (plan.remaining, plan.pages_per_lane, plan.scanned) == (plain.remaining, plain.pages_per_lane, plain.scanned)
     return ht.check_against_oracles(cache, plan, deficit, n, work)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.sampled_from([2, 3, 4]), specs=chains, policy=st.sampled_from(["lru", "lfu", "fifo", "mru"]),
-       data=st.data())
+@given(
+    n=st.sampled_from([2, 3, 4]), specs=chains, policy=st.sampled_from(["lru", "lfu", "fifo", "mru"]), data=st.data()
+)
 def test_planner_never_refuses_a_coverable_deficit_and_stays_within_its_bound(n, specs, policy, data):
     property_case(data, n, specs, policy)
 
 
 @pytest.mark.ci_slow
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.sampled_from([2, 3, 4]), specs=chains, policy=st.sampled_from(["lru", "lfu", "fifo", "mru"]),
-       data=st.data())
+@given(
+    n=st.sampled_from([2, 3, 4]), specs=chains, policy=st.sampled_from(["lru", "lfu", "fifo", "mru"]), data=st.data()
+)
 def test_planner_bound_ci_slow(n, specs, policy, data):
     property_case(data, n, specs, policy)

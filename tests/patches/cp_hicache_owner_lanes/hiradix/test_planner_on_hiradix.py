@@ -117,4 +117,3 @@ def test_a_load_back_plans_through_the_leaf_index():
         index.get_priority = real
     leaves = len(cache.evictable_leaves)
     assert 0 < len(calls) < leaves // 2, (len(calls), leaves)
-

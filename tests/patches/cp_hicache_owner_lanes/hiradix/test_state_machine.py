@@ -27,9 +27,7 @@ class OwnerLaneMachine(RuleBasedStateMachine):
         sglang_overlay.apply()
         self.n, self.ps = n, ps
         self.total_pages = n * pages_per_rank
-        self.cache = hc.build_cpu_hicache(
-            n, ps, pages_per_rank, write_policy=policy, layers=1, heads=1, head_dim=2
-        )
+        self.cache = hc.build_cpu_hicache(n, ps, pages_per_rank, write_policy=policy, layers=1, heads=1, head_dim=2)
         # Load back chains of any length (upstream skips < 10 tokens, which
         # would hide most of the short chains used here).
         self.cache.load_back_threshold = 1
@@ -157,8 +155,9 @@ def test_owner_lane_machine_long():
 
     run_state_machine_as_test(
         OwnerLaneMachine,
-        settings=settings(max_examples=300, stateful_step_count=60, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow]),
+        settings=settings(
+            max_examples=300, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+        ),
     )
 
 
@@ -169,6 +168,10 @@ def test_owner_lane_machine_ci():
 
     run_state_machine_as_test(
         OwnerLaneMachine,
-        settings=settings(max_examples=100, stateful_step_count=50, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]),
+        settings=settings(
+            max_examples=100,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
     )

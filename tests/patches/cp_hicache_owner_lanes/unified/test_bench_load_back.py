@@ -16,14 +16,25 @@ import json
 
 from tests.conftest import REPO
 
-KEYS = ("success_rate_patch", "success_rate_upstream", "pages_evicted_per_page_needed_short_patch",
-        "pages_evicted_per_page_needed_short_upstream", "pages_evicted_nonshort_patch",
-        "pages_evicted_nonshort_upstream", "time_ms_patch", "time_ms_upstream", "speedup_end_to_end",
-        "tensor_ops_planning", "leaves")
+KEYS = (
+    "success_rate_patch",
+    "success_rate_upstream",
+    "pages_evicted_per_page_needed_short_patch",
+    "pages_evicted_per_page_needed_short_upstream",
+    "pages_evicted_nonshort_patch",
+    "pages_evicted_nonshort_upstream",
+    "time_ms_patch",
+    "time_ms_upstream",
+    "speedup_end_to_end",
+    "tensor_ops_planning",
+    "leaves",
+)
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_owner_lanes_0523", REPO / "scripts" / "bench_owner_lanes_0523.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_owner_lanes_0523", REPO / "scripts" / "bench_owner_lanes_0523.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -40,15 +40,18 @@ def upstream_evict(h, num_tokens):
 
 @pytest.fixture(scope="module", autouse=True)
 def hook():
-    with around(_base_class(), "evict_to_free_tokens", cap.evict_to_free_tokens_hook,
-                                "cp-hicache-owner-lanes"):
+    with around(_base_class(), "evict_to_free_tokens", cap.evict_to_free_tokens_hook, "cp-hicache-owner-lanes"):
         yield
 
 
 def outcome(h, num_tokens, evicted):
     free = h.alloc.class_free_page_counts() if h.interleaved else [h.alloc.available_size() // h.ps]
-    return {"admitted": h.alloc.available_size() >= num_tokens, "evicted": evicted,
-            "free": free, "evictable": h.cache.full_evictable_size()}
+    return {
+        "admitted": h.alloc.available_size() >= num_tokens,
+        "evicted": evicted,
+        "free": free,
+        "evictable": h.cache.full_evictable_size(),
+    }
 
 
 def run_both(build, num_tokens, call=None):
@@ -97,6 +100,7 @@ def test_prefill_capacity_evicts_only_the_short_lane(policy):
 
 def test_decode_capacity_check_goes_through_the_hook():
     """``check_decode_capacity``, upstream's decode/retract entry, reaches the owner-lane path."""
+
     def decode(h):
         assert h.alloc.check_decode_capacity(num_tokens=16, tree_cache=h.cache)
 
@@ -107,6 +111,7 @@ def test_decode_capacity_check_goes_through_the_hook():
 
 def test_child_then_parent_chain_frees_a_lane_page_held_by_an_interior_node():
     """Lane 0's only evictable page is the parent of a lane-1 leaf: the chain goes, nothing else."""
+
     def build():
         h = Harness()
         for lane in (2, 3, 2, 3):
@@ -124,6 +129,7 @@ def test_child_then_parent_chain_frees_a_lane_page_held_by_an_interior_node():
 def test_uncovered_deficit_is_upstreams_call():
     """No evictable page of lane 0: the plan cannot cover it, so upstream's own eviction runs
     (it empties the tree and still does not admit) and the state matches upstream's exactly."""
+
     def build():
         h = Harness()
         for lane in (1, 2, 3, 1):
@@ -161,6 +167,7 @@ def test_planning_reads_no_tensor_on_a_busy_tree():
 
 def test_plain_paged_allocator_keeps_upstreams_path():
     """A non-interleaved allocator (every other deployment) gets upstream's eviction unchanged."""
+
     def build():
         h = Harness(interleaved=False, pages_per_rank=3)
         while h.chain(None, 1)[0] is not None:
@@ -208,8 +215,11 @@ def busy(rng, short, leaves=30):
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(seed=st.integers(0, 10_000), short=st.sets(st.integers(0, 3), min_size=1, max_size=3),
-       pages_per_lane=st.integers(1, 12))
+@given(
+    seed=st.integers(0, 10_000),
+    short=st.sets(st.integers(0, 3), min_size=1, max_size=3),
+    pages_per_lane=st.integers(1, 12),
+)
 def test_same_admission_as_upstream_and_never_more_evicted(seed, short, pages_per_lane):
     """On random trees: the gate's outcome is upstream's, the hook evicts at most what upstream evicts,
     and a deficit it plans leaves every lane that was not short exactly as upstream's walk would at most."""

@@ -31,8 +31,7 @@ from tests.support.hooked import around
 def hook():
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    with around(UnifiedRadixCache, "_load_back_transfers", load_back_transfers_hook,
-                                "cp-hicache-owner-lanes"):
+    with around(UnifiedRadixCache, "_load_back_transfers", load_back_transfers_hook, "cp-hicache-owner-lanes"):
         yield
 
 
@@ -113,8 +112,7 @@ def test_scenario_b_loads_with_nothing_evicted(caplog):
     assert counters.load_backs == 1 and counters.refused == 0 and counters.leaves_evicted == 0
 
 
-@pytest.mark.parametrize("policy,eviction", [("write_through", "lru"), ("write_back", "lru"),
-                                             ("write_through", "mru")])
+@pytest.mark.parametrize("policy,eviction", [("write_through", "lru"), ("write_back", "lru"), ("write_through", "mru")])
 def test_short_lane_evicts_only_units_holding_it(policy, eviction):
     """Lane 2 short by one page: one lane-2 leaf goes (the LRU one; under MRU, a non-monotone
     policy planned without the leaf index, the newer one), nothing of lanes 0, 1, 3.
@@ -421,8 +419,10 @@ class LoadBackMachine(RuleBasedStateMachine):
         after = set(h.device_nodes())
         evicted = [x for x in before if x not in after]
         self.loads += 1
-        event(f"{h.cc.write_policy} load: {'loaded' if ok else 'refused'}, deficit={'yes' if any(deficit) else 'no'}, "
-              f"evicted={'yes' if evicted else 'no'}")
+        event(
+            f"{h.cc.write_policy} load: {'loaded' if ok else 'refused'}, deficit={'yes' if any(deficit) else 'no'}, "
+            f"evicted={'yes' if evicted else 'no'}"
+        )
         assert ok == coverable, (need, free, supply)  # never refuses a coverable load
         if not ok:
             assert not evicted  # refuses only with nothing evicted
@@ -458,8 +458,10 @@ class LoadBackMachine(RuleBasedStateMachine):
         h.settle()
         admitted = h.alloc.available_size() >= num_tokens
         evicted = [x for x in before if x not in set(h.device_nodes())]
-        event(f"{h.cc.write_policy} capacity: {'admitted' if admitted else 'short'}, "
-              f"deficit={'yes' if any(deficit) else 'no'}, evicted={'yes' if evicted else 'no'}")
+        event(
+            f"{h.cc.write_policy} capacity: {'admitted' if admitted else 'short'}, "
+            f"deficit={'yes' if any(deficit) else 'no'}, evicted={'yes' if evicted else 'no'}"
+        )
         assert admitted == coverable, (deficit, supply)
         if not any(deficit):
             assert not evicted

@@ -28,8 +28,7 @@ def _cache_class():
 
 @pytest.fixture(scope="module", autouse=True)
 def hook():
-    with around(_cache_class(), "_execute_kv_backup", hb.execute_kv_backup_hook,
-                                "cp-hicache-owner-lanes"):
+    with around(_cache_class(), "_execute_kv_backup", hb.execute_kv_backup_hook, "cp-hicache-owner-lanes"):
         yield
 
 
@@ -64,8 +63,10 @@ def lane0_full(upstream: bool, cached: bool):
             keys, _ = h.chain(0, 1)
             h.to_host(keys)
     else:
-        h.held_host = [host_slots(h).alloc_cyclic(start_class=0, need_size=h.ps)
-                       for _ in range(host_slots(h).class_free_page_counts()[0])]
+        h.held_host = [
+            host_slots(h).alloc_cyclic(start_class=0, need_size=h.ps)
+            for _ in range(host_slots(h).class_free_page_counts()[0])
+        ]
     assert host_slots(h).class_free_page_counts()[0] == 0
     return h
 

@@ -17,6 +17,8 @@ def env():
     assert len(status()["applied"]["moe-cp-compaction"]) == 3  # hooked when deepseek_v2 was imported
     moe, recorder = build_deepseek_moe()
     return dict(
-        moe=moe, rec=recorder, cls=DeepseekV2MoE,
+        moe=moe,
+        rec=recorder,
+        cls=DeepseekV2MoE,
         upstream=DeepseekV2MoE.forward_deepep.__wrapped__,
     )

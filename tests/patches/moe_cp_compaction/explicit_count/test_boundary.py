@@ -91,8 +91,15 @@ def _forward(env, path, local, batch):
 
 @pytest.mark.parametrize(
     "path",
-    ["patched", pytest.param("upstream", marks=pytest.mark.xfail(strict=True, raises=AssertionError,
-                                                                  reason="upstream feeds dummy rows to gate/top-k"))],
+    [
+        "patched",
+        pytest.param(
+            "upstream",
+            marks=pytest.mark.xfail(
+                strict=True, raises=AssertionError, reason="upstream feeds dummy rows to gate/top-k"
+            ),
+        ),
+    ],
 )
 def test_gate_and_topk_never_see_a_dummy_row(env, path):
     reset(env)
@@ -393,7 +400,8 @@ def test_the_plugin_path_hooks_the_boundary_when_the_model_module_is_imported():
         "from sglang_overlay.core.hooking import status\n"
         "print('HOOKED', len(status()['applied']['moe-cp-compaction']), m.DeepseekV2MoE.forward_deepep.__wrapped__.__name__)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "HOOKED 3 forward_deepep" in proc.stdout

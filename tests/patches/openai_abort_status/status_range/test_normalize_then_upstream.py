@@ -55,8 +55,11 @@ async def run(code, stream: bool, hooked: bool, *, lora: bool = True):
     manager.rid_to_state["r1"] = state
     reason = {"type": "abort", "status_code": code, "message": "overloaded"}
     out = {"meta_info": {"id": "r1", "finish_reason": reason}}
-    call = (lambda: normalize_then_upstream(method, manager, out, state, stream)) if hooked else \
-        (lambda: method(manager, out, state, stream))
+    call = (
+        (lambda: normalize_then_upstream(method, manager, out, state, stream))
+        if hooked
+        else (lambda: method(manager, out, state, stream))
+    )
     try:
         result = await call()
         outcome = "graceful" if result is None else "stream abort"

@@ -42,7 +42,9 @@ def assign_req_to_token_pool_cpu(req_pool_indices, req_to_token, start_offset, e
 
 def _missing(name: str):
     def stub(*args, **kwargs):
-        raise NotImplementedError(f"sgl_kernel.{name}: not provided by the CPU test stand-in (tests/support/real_server)")
+        raise NotImplementedError(
+            f"sgl_kernel.{name}: not provided by the CPU test stand-in (tests/support/real_server)"
+        )
 
     stub.__name__ = name
     return stub

@@ -44,7 +44,9 @@ def _page_starts(indices, page_size: int):
 
     idx = indices.to("cpu", torch.int64)
     if idx.numel() % page_size:
-        raise ValueError(f"transfer_kv_direct stand-in: {idx.numel()} indices is not a whole number of {page_size}-token pages")
+        raise ValueError(
+            f"transfer_kv_direct stand-in: {idx.numel()} indices is not a whole number of {page_size}-token pages"
+        )
     pages = idx.view(-1, page_size)
     starts = pages[:, 0]
     if page_size > 1:
@@ -57,7 +59,9 @@ def _page_starts(indices, page_size: int):
 def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size: int) -> None:
     """``dst_layers[l][dst_page] = src_layers[l][src_page]`` for every layer and page, in order."""
     if len(src_layers) != len(dst_layers):
-        raise ValueError(f"transfer_kv_direct stand-in: {len(src_layers)} source vs {len(dst_layers)} destination layers")
+        raise ValueError(
+            f"transfer_kv_direct stand-in: {len(src_layers)} source vs {len(dst_layers)} destination layers"
+        )
     src_starts = _page_starts(src_indices, page_size)
     dst_starts = _page_starts(dst_indices, page_size)
     if len(src_starts) != len(dst_starts):
@@ -68,8 +72,11 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
     STATS["transfer_calls"] += 1
     STATS["pages_copied"] += len(src_starts) * len(src_layers)
     if STATS["transfer_calls"] == 1:  # once per process: the test tier checks the stand-in really ran
-        logger.info("sglang-cpu-standins: first transfer_kv_direct call (%d pages x %d layers)",
-                    len(src_starts), len(src_layers))
+        logger.info(
+            "sglang-cpu-standins: first transfer_kv_direct call (%d pages x %d layers)",
+            len(src_starts),
+            len(src_layers),
+        )
 
 
 def load() -> None:
