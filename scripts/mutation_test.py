@@ -100,7 +100,8 @@ def setup_cfg(target: Target, limits: tuple = (120.0, 15.0)) -> str:
         + lines("only_mutate", target.modules)
         + lines("pytest_add_cli_args_test_selection", target.tests)
         + lines(
-            "pytest_add_cli_args", ["-p", "no:cacheprovider"] + (["-k", target.deselect] if target.deselect else [])
+            "pytest_add_cli_args",
+            ["-p", "no:cacheprovider"] + (["-k", target.deselect] if target.deselect else []),
         )
         + lines("also_copy", ["patches/", "scripts/"])
         + "process_isolation = forkserver\n"
@@ -167,7 +168,7 @@ def run_in_subprocess(workdir: Path, mutant: str, pytest_args: tuple[str, ...], 
     env = child_env() | {"MUTANT_UNDER_TEST": mutant}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(workdir / "mutants"), env.get("PYTHONPATH", "")]))
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *pytest_args],
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "", *pytest_args],
                               cwd=workdir / "mutants", env=env, capture_output=True, text=True, timeout=timeout)  # fmt: skip
     except subprocess.TimeoutExpired:
         return "timeout"

@@ -55,6 +55,7 @@ print(json.dumps({"upstream_has": upstream_has, "seen": seen, "status": status, 
 """
 
 
+@pytest.mark.ci_slow  # a fresh interpreter runs SGLang's load_plugins()
 def test_the_plugin_imports_nothing_of_the_runner_or_its_extra():
     """SGLang's load_plugins() (the overlay's load(), as in every SGLang process), then every module of the
     plugin's package: no import statement reaches httpx, tqdm, matplotlib or sglang_overlay_gsm8k."""

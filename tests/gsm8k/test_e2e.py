@@ -15,6 +15,8 @@ from tests.conftest import GSM8K_DIR, full_gsm8k_dir
 from tests.gsm8k.full_splits import needs_full_gsm8k
 from tests.support.scripted_server import serve_openai
 
+pytestmark = pytest.mark.ci_slow  # scripted OpenAI servers in fresh processes
+
 SCRIPT = "tests.support.gsm8k_script:answer"
 N = 60  # the whole fixture
 PLAN = {

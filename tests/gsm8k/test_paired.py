@@ -145,6 +145,7 @@ def check_paired(summary: dict, n: int) -> None:
     assert got["excluded"] == 0 and got["same_answer"] == n - len(want["changed"])
 
 
+@pytest.mark.ci_slow  # two scripted servers in fresh processes
 def test_against_a_second_server_gives_the_exact_paired_counts(pair_of_servers, capsys, tmp_path):
     a, b = pair_of_servers
     before = (a.stats()["requests"], b.stats()["requests"])
@@ -174,6 +175,7 @@ def test_against_a_second_server_gives_the_exact_paired_counts(pair_of_servers, 
     assert code == 0 and "0 answer(s) changed" in last, last
 
 
+@pytest.mark.ci_slow  # two scripted servers in fresh processes
 def test_a_significantly_worse_b_fails(pair_of_servers, capsys, tmp_path):
     a, b = pair_of_servers
     code, last = run_cli(
@@ -186,6 +188,7 @@ def test_a_significantly_worse_b_fails(pair_of_servers, capsys, tmp_path):
     assert code == 0, last
 
 
+@pytest.mark.ci_slow  # two scripted servers in fresh processes
 def test_paired_with_a_saved_run_and_refusals(pair_of_servers, capsys, tmp_path):
     a, b = pair_of_servers
     code, _ = run_cli(capsys, tmp_path / "saved", "--base-url", b.base_url, "--num-questions", N)

@@ -21,6 +21,8 @@ import pytest
 from tests.support.abort_scripts import BAD_REQUEST_KEYS, EXPECTED_STATUS
 from tests.support.scripted_server import serve_openai
 
+pytestmark = pytest.mark.ci_slow  # upstream's HTTP server in a fresh process per configuration
+
 SCRIPT = "tests.support.abort_scripts:dispatch"
 KEYS = sorted(EXPECTED_STATUS)
 ENDPOINTS = ("chat", "completions")

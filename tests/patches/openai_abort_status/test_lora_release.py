@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import REPO, subprocess_env
 from tests.support.abort_scripts import ABORT_CODES, BAD_REQUEST_KEYS
 
+pytestmark = pytest.mark.ci_slow  # the LoRA driver in fresh processes
+
 VIAS = ("output", "abort_req")
 MODES = ("non_stream", "stream")
 

@@ -10,6 +10,8 @@ import pytest
 
 from tests.support.scripted_server import serve_openai
 
+pytestmark = pytest.mark.ci_slow  # the scripted upstream server in a fresh process
+
 SCRIPT = "tests.support.abort_scripts:dispatch"
 
 

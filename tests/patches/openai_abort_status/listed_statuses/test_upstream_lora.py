@@ -5,7 +5,11 @@ Counted by the root test_lora_release.py's fresh interpreter (upstream's own ``L
 
 from __future__ import annotations
 
+import pytest
+
 from tests.patches.openai_abort_status.test_lora_release import MODES, run_accounting
+
+pytestmark = pytest.mark.ci_slow  # the LoRA driver in a fresh process
 
 
 def test_upstream_releases_twice_or_never():
