@@ -92,6 +92,9 @@ def fingerprint_installed(module: str, qualname: str) -> str:
     return fingerprint_source(path.read_text(encoding="utf-8"), qualname)
 
 
-def module_file_in_wheel(module: str) -> str:
-    """The member name of ``module``'s source inside a wheel (a zip)."""
-    return module.replace(".", "/") + ".py"
+def module_file_in_wheel(module: str, names: set[str] | frozenset[str] = frozenset()) -> str:
+    """The member name of ``module``'s source inside a wheel (a zip): ``a/b.py``, or ``a/b/__init__.py`` for a
+    package when ``names`` (the wheel's members) holds that and not the former."""
+    member = module.replace(".", "/") + ".py"
+    package = module.replace(".", "/") + "/__init__.py"
+    return package if member not in names and package in names else member

@@ -52,7 +52,7 @@ def report(wheel: Path, patches, dependencies: bool = False) -> list[dict]:
         names = set(zf.namelist())
         for patch in patches:
             for target in patch.depends if dependencies else patch.targets:
-                member = fingerprint.module_file_in_wheel(target.module)
+                member = fingerprint.module_file_in_wheel(target.module, names)
                 locked = section.get(target.path, {}).get("fingerprint")
                 row = {"patch": patch.id, "target": target.path, "locked": locked, "found": None}
                 if dependencies:

@@ -184,3 +184,30 @@ def test_rebase_check_reports_a_changed_dependency(tmp_path):
     patches = verify.declared_patches(lockfile.read_pin().version)
     rows = {r["target"]: r for r in rebase.report(wheel, patches, dependencies=True)}
     assert rows[path]["status"] == "changed" and rows[path]["needed_by"] == entry["needed_by"]
+
+
+def test_a_module_that_is_a_package_is_found_in_a_wheel_as_its_init():
+    from sglang_overlay.core.fingerprint import module_file_in_wheel
+
+    assert module_file_in_wheel("sglang.srt.layers.cp.bcg", {"sglang/srt/layers/cp/bcg/__init__.py"}) == (
+        "sglang/srt/layers/cp/bcg/__init__.py"
+    )
+    assert module_file_in_wheel("sglang.srt.x", {"sglang/srt/x.py", "sglang/srt/x/__init__.py"}) == "sglang/srt/x.py"
+
+
+@pytest.mark.ci_slow  # reads the pin's whole sglang wheel
+def test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency():
+    """``rebase-check`` against the wheel ``scripts/apply_patches.sh`` installed (sha256-verified, cached): every
+    target and every dependency is found and unchanged, so a ``changed`` elsewhere means upstream changed."""
+    import os
+    from pathlib import Path
+
+    from sglang_overlay.core import installed, rebase
+
+    pin = lockfile.read_pin()
+    cache = Path(os.environ.get("SGLANG_OVERLAY_WHEEL_CACHE", Path.home() / ".cache/sglang-overlay/wheels"))
+    wheel = cache / pin.wheels[installed.running_python()]["file"]
+    assert wheel.is_file(), f"{wheel}: scripts/apply_patches.sh caches the pin's wheel there"
+    patches = verify.declared_patches(pin.version)
+    rows = rebase.report(wheel, patches) + rebase.report(wheel, patches, dependencies=True)
+    assert rows and {r["status"] for r in rows} == {"unchanged"}, [r for r in rows if r["status"] != "unchanged"]
