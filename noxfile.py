@@ -12,7 +12,7 @@ and the default is ``patches/pins/default``, so a new pin joins the matrix witho
   default pin, whose default tier the README's command ran), ``ci_slow``, and real-server modules. The
   default pin runs every real-server module once: here those that do not depend on how the overlay was
   installed (both launchers, the abort matrix, the GSM8K runner and its A/B against pristine upstream, the
-  fuzz, HiCache, the demo; the launchers' servers are the abort matrix's too), in ``wheel`` the one that
+  fuzz, HiCache, the demo, two nodes on loopback; the launchers' servers are the abort matrix's too), in ``wheel`` the one that
   proves the install (tokenizer workers under pickle and msgpack, the wheel's copy of the overlay in every
   process). An older pin runs the modules of process entry (launchers, tokenizer workers): the abort
   matrix costs about 17 minutes a pin, and 0.5.20's abort implementation runs in its default tier through
@@ -44,7 +44,9 @@ PINS = sorted(p.name for p in PINS_DIR.iterdir() if (p / "upstream.lock").is_fil
 PYTEST = ("-m", "pytest", "-p", "no:cacheprovider")
 E2E = "tests/e2e/test_{}.py".format
 INSTALL_E2E = tuple(map(E2E, ("00_standins", "02_tokenizer_workers")))  # served from the wheel
-DEFAULT_PIN_E2E = tuple(map(E2E, ("01_launch", "03_abort_matrix", "04_gsm8k", "05_fuzz", "06_hicache", "07_demo")))
+DEFAULT_PIN_E2E = tuple(
+    map(E2E, ("01_launch", "03_abort_matrix", "04_gsm8k", "05_fuzz", "06_hicache", "07_demo", "08_cluster"))
+)
 OLDER_PIN_E2E = tuple(map(E2E, ("01_launch", "02_tokenizer_workers")))
 WHEEL_PYTHON = "3.12"  # SGLang's official image: Python 3.12 as python3
 

@@ -193,7 +193,7 @@ def test_missing_target_refuses_start(tmp_path):
         PYTHONPATH=f"{tmp_path}:{__import__('tests.conftest').conftest.REPO}",
     )
     assert proc.returncode == 1
-    assert "patch 'demo-missing'" in proc.stderr and "target missing" in proc.stderr
+    assert "patch 'demo-missing'" in proc.stderr and "missing in the installed upstream" in proc.stderr
     assert "no_such_method" in proc.stderr
 
 

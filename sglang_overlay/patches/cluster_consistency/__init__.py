@@ -1,0 +1,20 @@
+"""Patch cluster-consistency: every rank of every node runs the same overlay, or the job does not start.
+
+Root (every release): ``state.py`` (what a rank reports, and how two reports differ), ``exchange.py`` (the
+reports through the job's own rendezvous store, a bounded wait, the refusal), ``settings.py`` (its knob).
+Release folders (where the process group exists): ``torch_distributed/`` (< 0.5.23) and ``parallel_runtime/``
+(>= 0.5.23). Description and exit condition: ``patches/cluster-consistency.md``.
+"""
+
+from sglang_overlay.core.registry import Patch
+from sglang_overlay.patches.cluster_consistency.settings import WAIT_S
+
+PATCH = Patch(
+    id="cluster-consistency",
+    position=4,
+    title="Every rank of every node reports its overlay state through the job's rendezvous store; "
+    "a missing or different rank refuses start-up",
+    description="cluster-consistency.md",
+    role="scheduler",
+    knobs=(WAIT_S,),
+)

@@ -1,0 +1,58 @@
+"""What a rank reports about its overlay, and how two reports differ (pure; no torch, no store).
+
+Job: :func:`local_state` is this process's declared overlay (version, pin and lock digest, installed sglang,
+enabled patches, strictness, host and node); :func:`differences` names each field where another rank differs.
+Invariant: only fields that change what runs are compared (host, pid and node only name the rank). Cost: one
+lock read and one registry discovery per process (once, at start-up).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+
+from sglang_overlay.core import installed, lockfile, settings
+from sglang_overlay.core.registry import discover_patches
+from sglang_overlay.version import __version__
+
+COMPARED = ("overlay", "sglang", "pin", "lock", "patches", "strict")
+
+
+def local_state(node_rank: int) -> dict:
+    """This rank's report."""
+    path = lockfile.lock_path()
+    pin = lockfile.read_pin(path)
+    disabled = set(settings.disabled_patch_ids())
+    declared = discover_patches(pin.version, extra=tuple(settings.extra_patch_modules()))
+    return {
+        "overlay": __version__,
+        "sglang": installed.installed_sglang_version(),
+        "pin": pin.version,
+        "lock": "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16],
+        "patches": sorted(p.id for p in declared if p.id not in disabled),
+        "strict": settings.strict(),
+        "host": socket.gethostname(),
+        "node": node_rank,
+        "pid": os.getpid(),
+    }
+
+
+def differences(mine: dict, theirs: dict) -> list[str]:
+    """Each compared field where ``theirs`` differs from ``mine``, in words."""
+    found = []
+    for key in COMPARED:
+        a, b = mine.get(key), theirs.get(key)
+        if a == b:
+            continue
+        if key == "patches":
+            only_here = sorted(set(a or ()) - set(b or ()))
+            only_there = sorted(set(b or ()) - set(a or ()))
+            parts = [
+                f"not enabled there: {', '.join(only_here)}" if only_here else "",
+                f"enabled there only: {', '.join(only_there)}" if only_there else "",
+            ]
+            found.append("patches " + "; ".join(p for p in parts if p))
+        else:
+            found.append(f"{key} {b!r} there, {a!r} here")
+    return found

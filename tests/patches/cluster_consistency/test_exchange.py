@@ -1,0 +1,110 @@
+"""The exchange over a real torch store, in-process: ranks are threads sharing one ``torch.distributed.HashStore``
+(a CPU stand-in for the job's TCP store at --dist-init-addr; same API, no sockets), or reports written by hand
+for a rank of "another node". No process group exists here: the exchange needs none (no collective)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pytest
+import torch.distributed as dist
+
+from sglang_overlay.errors import OverlayError
+from sglang_overlay.patches.cluster_consistency import exchange
+from sglang_overlay.patches.cluster_consistency.state import COMPARED, differences, local_state
+
+
+def _ranks(world: int, store, wait_s: float = 5.0, nnodes: int = 2, only=None) -> dict:
+    """Run ``check_cluster`` as each rank of ``only`` (default: all) in its own thread; rank -> result/exception."""
+    out = {}
+
+    def rank(r):
+        try:
+            out[r] = exchange.check_cluster(r * nnodes // world, nnodes, group=(store, r, world), wait_s=wait_s)
+        except Exception as exc:  # the refusal, collected for the assertions
+            out[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (only if only is not None else range(world))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return out
+
+
+def test_equal_ranks_start_and_say_so_once_each(caplog):
+    caplog.set_level(logging.INFO, logger="sglang_overlay")
+    out = _ranks(4, dist.HashStore())
+    assert all(r["missing"] == [] and r["differing"] == {} and r["ranks"] == 4 for r in out.values()), out
+    lines = [m for m in caplog.messages if "cluster of 4 ranks consistent" in m]
+    assert len(lines) == 4 and not [m for m in caplog.messages if "not the same" in m]
+
+
+def test_a_rank_that_never_reports_is_named_after_a_bounded_wait():
+    """Rank 1 runs without the overlay: it writes nothing. Rank 0 waits its bound, then refuses naming it."""
+    (refusal,) = _ranks(2, dist.HashStore(), wait_s=1, only=[0]).values()
+    assert isinstance(refusal, OverlayError)
+    assert "rank 1 (node 1 by the rank layout) reported no overlay state within 1 s" in str(refusal)
+    assert "SGLANG_OVERLAY_STRICT=0" in str(refusal)
+
+
+def _other_node(store, rank: int, **changes) -> dict:
+    report = {**local_state(1), "host": "node-b", "pid": 4242, **changes}
+    store.set(exchange.KEY.format(rank), json.dumps(report))
+    return report
+
+
+def test_a_rank_with_a_patch_disabled_is_named_with_the_patch():
+    store = dist.HashStore()
+    patches = local_state(0)["patches"]
+    _other_node(store, 1, patches=[p for p in patches if p != "moe-cp-compaction"])
+    (refusal,) = _ranks(2, store, only=[0]).values()
+    assert isinstance(refusal, OverlayError)
+    assert "rank 1 (node 1, host node-b, pid 4242) differs: patches not enabled there: moe-cp-compaction" in str(
+        refusal
+    )
+
+
+@pytest.mark.parametrize("field, value", [("overlay", "0.0.9"), ("sglang", "0.5.22"), ("strict", False)])
+def test_another_version_or_strictness_is_named(field, value):
+    store = dist.HashStore()
+    _other_node(store, 1, **{field: value})
+    (refusal,) = _ranks(2, store, only=[0]).values()
+    assert f"{field} {value!r} there" in str(refusal)
+
+
+def test_not_strict_warns_once_and_starts(monkeypatch, caplog):
+    monkeypatch.setenv("SGLANG_OVERLAY_STRICT", "0")
+    store = dist.HashStore()
+    _other_node(store, 1, overlay="0.0.9")
+    (found,) = _ranks(2, store, only=[0]).values()
+    assert found["differing"] == {1: ["overlay '0.0.9' there, '0.1.0' here"]}
+    assert len([m for m in caplog.messages if "not the same on every rank" in m]) == 1
+
+
+def test_one_process_has_nothing_to_compare():
+    class NoStore:
+        def __getattr__(self, name):
+            raise AssertionError(f"the store was used ({name}) by a job of one process")
+
+    assert exchange.check_cluster(0, 1, group=(NoStore(), 0, 1)) == {"ranks": 1, "missing": [], "differing": {}}
+    assert not dist.is_initialized()  # and without a process group at all (a single-process server)
+    assert exchange.check_cluster(0, 1)["ranks"] == 1
+
+
+def test_the_report_is_this_processes_declared_overlay(monkeypatch):
+    mine = local_state(0)
+    assert "cluster-consistency" in mine["patches"] and mine["strict"] is True
+    monkeypatch.setenv("SGLANG_OVERLAY_DISABLE", "moe-cp-compaction")
+    assert "moe-cp-compaction" not in local_state(0)["patches"]
+    assert differences(mine, local_state(0)) == ["patches not enabled there: moe-cp-compaction"]
+    assert set(COMPARED) <= set(mine) and differences(mine, {**mine, "host": "x", "pid": 1, "node": 7}) == []
+
+
+def test_the_hook_returns_upstreams_result_unchanged():
+    from types import SimpleNamespace
+
+    result = object()
+    assert exchange.after_group_init(result, server_args=SimpleNamespace(node_rank=0, nnodes=1)) is result
