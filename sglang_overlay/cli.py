@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 from rich.console import Console
@@ -186,7 +187,8 @@ def run_status(url: str, as_json: bool) -> int:
         live = " ".join(number.get(p, p) for p in r["live"]) or "-"
         table.add_row(r["node"], r["rank"], r["role"], str(r["pid"]), there, live)
     console.print(table)
-    console.print("live patches: " + ", ".join(f"{n} {pid}" for pid, n in number.items()))
+    legend = "live patches: " + ", ".join(f"{n} {pid}" for pid, n in number.items())
+    console.print(textwrap.fill(legend, width=100, subsequent_indent="  ", break_on_hyphens=False))
     console.print("('-': the process runs no patched target; a target's module not imported there is not live)")
     console.print(
         "[green]OK: every process that runs patched code has the overlay[/]"

@@ -114,7 +114,9 @@ def test_every_target_of_the_installed_pins_lock_is_hooked_through_load_plugins(
     assert report["wrapped"] and all(report["wrapped"].values()), report["wrapped"]
     applied = {path for paths in report["status"]["applied"].values() for path in paths}
     assert applied == set(report["wrapped"]), report["status"]
-    assert set(report["status"]["applied"]) == {"cp-hicache-owner-lanes", "moe-cp-compaction", "openai-abort-status"}
+    from sglang_overlay.core.registry import discover_patches
+
+    assert set(report["status"]["applied"]) == {p.id for p in discover_patches(installed)}  # every patch of the pin
 
 
 def test_a_drifted_fingerprint_of_a_real_target_refuses_start_up(tmp_path):

@@ -119,7 +119,10 @@ def test_one_info_line_per_process_before_logging_is_configured():
     lines = [l for l in proc.stderr.splitlines() if "sglang-overlay: active" in l]
     assert len(lines) == 1, proc.stderr[-2000:]
     assert "role=main" in lines[0] and "fingerprints=ok" in lines[0]
-    assert "patches=cp-hicache-owner-lanes,moe-cp-compaction,openai-abort-status" in lines[0]
+    from sglang_overlay.core.registry import discover_patches
+
+    every = sorted(p.id for p in discover_patches(lockfile.read_pin().version))
+    assert f"patches={','.join(every)}" in lines[0]
 
 
 def test_the_info_line_goes_through_configured_logging():

@@ -11,13 +11,15 @@ import httpx
 import openai
 import pytest
 
+from sglang_overlay.core.installed import installed_sglang_version
+from sglang_overlay.core.registry import discover_patches
 from tests.e2e.conftest import OVERLAY_MSGPACK, OVERLAY_PICKLE_CLI
 from tests.support.real_server.server import run_status
 
 pytestmark = pytest.mark.e2e
 
 ACTIVE = re.compile(r"sglang-overlay: active pid=(\d+) role=(\S+) patches=(\S+) fingerprints=(\S+)")
-PATCHES = {"cp-hicache-owner-lanes", "moe-cp-compaction", "openai-abort-status"}
+PATCHES = {p.id for p in discover_patches(installed_sglang_version())}  # every patch of the installed pin
 
 
 @pytest.fixture(scope="module", params=[OVERLAY_PICKLE_CLI, OVERLAY_MSGPACK], ids=lambda c: c.name)

@@ -1,12 +1,10 @@
 """sglang >= 0.5.23: every scheduler rank reaches ``bootstrap.init_parallel_runtime`` once, through the module
-(so the hooked attribute is what runs), with keyword ``server_args``; the overlay hooks it."""
+(so the hooked attribute is what runs), with keyword ``server_args``; the release folder hooks it."""
 
 from __future__ import annotations
 
 import ast
 import inspect
-
-import sglang_overlay
 
 
 def test_the_scheduler_calls_it_through_the_module_with_server_args():
@@ -21,11 +19,13 @@ def test_the_scheduler_calls_it_through_the_module_with_server_args():
     assert all("server_args" in {k.arg for k in c.keywords} for c in calls)
 
 
-def test_the_overlay_hooks_it():
-    sglang_overlay.apply()
-    from sglang.srt.distributed import bootstrap
+def test_the_release_hooks_exactly_that_function_after_it_returns():
+    """What upstream calls is what the release folder declares (hooked through SGLang's HookRegistry at start-up:
+    tests/core/test_overlay_plugin.py and tests/e2e/test_08_cluster.py show it in real processes)."""
+    from sglang_overlay.core.installed import installed_sglang_version
+    from sglang_overlay.core.registry import discover_patches
 
-    from sglang_overlay.patches.cluster_consistency.parallel_runtime.hook import after_parallel_runtime
-
-    fn = bootstrap.init_parallel_runtime
-    assert hasattr(fn, "__wrapped__") and after_parallel_runtime.__name__ == "after_group_init"
+    (patch,) = [p for p in discover_patches(installed_sglang_version()) if p.id == "cluster-consistency"]
+    assert [(t.path, t.hook_type) for t in patch.targets] == [
+        ("sglang.srt.distributed.bootstrap.init_parallel_runtime", "AFTER")
+    ]
