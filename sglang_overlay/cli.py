@@ -214,7 +214,10 @@ def run_process_hook(install: bool, as_json: bool) -> int:
 
 def run_lock(wheel: list[str] | None, check_only: bool, include_extra: bool, as_json: bool = False) -> int:
     version = installed.installed_sglang_version()
-    patches = [p for p in verify.declared_patches(version or "") if include_extra or not p.extra]
+    if version is None:
+        err_console.print("sglang-overlay lock: no sglang installed in this environment")
+        return 1
+    patches = [p for p in verify.declared_patches(version) if include_extra or not p.extra]
     try:
         path, data, current = lockfile.regenerate(patches, wheel or ())
     except (lockfile.LockError, OSError, ValueError) as exc:

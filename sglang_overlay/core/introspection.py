@@ -3,8 +3,8 @@
 Two views of one target ``module.Qual.name``:
 
 - statically, in source text (``find_definition``): the AST node of a qualified
-  name, the last definition winning as at run time. Used by fingerprints, the
-  source form and the series generator; never imports the module.
+  name, the last definition winning as at run time (or a class- or module-level
+  assignment, for a dependency on a field). Used by fingerprints; never imports the module.
 - at run time, on an imported module (``resolve_owner`` / ``raw_attribute``):
   the object holding the attribute and the attribute as stored, so a
   ``classmethod``/``staticmethod`` wrapper is kept and can be restored as it was.
