@@ -1,30 +1,26 @@
 """The CI matrix as nox sessions: every supported pin, and the Python the official image runs.
 
-``.ci/run`` runs the README's two commands (the default pin's environment and its default tier), then
-these sessions; each can be run alone (``nox -s wheel``).
+``.ci/run`` runs the README's two commands (the default pin's environment and its default tier), then these
+sessions; each can be run alone (``nox -s wheel``). The pins are the folders of ``patches/pins/`` and the default
+is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
 
-- ``lint``: ruff (lint and format), the core's layering (import-linter contracts in pyproject.toml) and
-  the README's generated tables, with the default pin's environment's tools. The pins are the folders of ``patches/pins/``
-and the default is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
-
-- ``tiers(pin)``: the pin's environment as ``scripts/apply_patches.sh`` builds it (Python 3.11; the
-  default pin's is the README's ``.venv``, reused when present), then ``lock --check``, and the tiers that prove something on that pin: the default tier (skipped for the
-  default pin, whose default tier the README's command ran), ``ci_slow``, and real-server modules. The
-  default pin runs every real-server module once: here those that do not depend on how the overlay was
-  installed (both launchers, the abort matrix, the GSM8K runner and its A/B against pristine upstream, the
-  fuzz, HiCache, the demo, two nodes on loopback; the launchers' servers are the abort matrix's too), in ``wheel`` the one that
-  proves the install (tokenizer workers under pickle and msgpack, the wheel's copy of the overlay in every
-  process). An older pin runs the modules of process entry (launchers, tokenizer workers): the abort
-  matrix costs about 17 minutes a pin, and 0.5.20's abort implementation runs in its default tier through
-  upstream's own FastAPI routes and OpenAI handlers over real HTTP (tests/patches/openai_abort_status);
-  its HiCache hooks have no live path there (nothing builds the page-interleaved allocator) and run in its
-  default tier on the real classes; the GSM8K runner, the fuzz's differential and the demo are the same
-  code on every pin.
-- ``wheel``: what a user of the official image does (Python 3.12): a wheel and an sdist built with
-  ``python -m build``, the wheel installed into an environment nox builds with plain ``pip install
-  sglang==<default>`` (upstream's full dependency set, not the project's script), ``sglang-overlay check``,
-  then the real-server module of the install served from that environment with the installed wheel in
-  every server process, tokenizer workers included (``SGLANG_OVERLAY_TEST_INSTALLED=1``).
+- ``lint``: ruff (lint and format), the core's layering (import-linter contracts in pyproject.toml) and the
+  README's generated tables, with the default pin's environment's tools.
+- ``tiers(pin)``: the pin's environment as ``scripts/apply_patches.sh`` builds it (Python 3.11; the default pin's
+  is the README's ``.venv``, reused when present), ``lock --check``, and the tiers that prove something on that
+  pin. The default pin: ``ci_slow`` whole, and every real-server module that does not depend on how the overlay
+  was installed (both launchers, the abort matrix, the GSM8K runner and its A/B against pristine upstream, the
+  fuzz, HiCache, the demo, two nodes on loopback; the launchers' servers are the abort matrix's too). An older
+  pin: its default tier, the part of ``ci_slow`` that depends on the release (``OLDER_PIN_CI_SLOW``: its
+  patches' code over real HTTP through upstream's routes, its targets hooked through ``load_plugins()``), and
+  the real-server module of process entry (main process, schedulers, tokenizer workers). Its HiCache hooks have
+  no live path on the CPU (nothing builds the page-interleaved allocator) and run in its default tier on the
+  real classes; the runner, the fuzz's differential, packaging and the demo are the same code on every pin.
+- ``wheel``: what a user of the official image does (Python 3.12): a wheel and an sdist built with ``python -m
+  build``, the wheel installed into an environment nox builds with plain ``pip install sglang==<default>``
+  (upstream's full dependency set, not the project's script), ``sglang-overlay check``, then the real-server
+  module of the install served from that environment with the installed wheel in every server process,
+  tokenizer workers included (``SGLANG_OVERLAY_TEST_INSTALLED=1``).
 
 Invariant: the sessions only read the checkout (logs and environments go under ``.nox/`` and ``.venv*/``).
 Cost: see the README's "Continuous integration" (each session prints its tiers' durations).
@@ -47,12 +43,18 @@ INSTALL_E2E = tuple(map(E2E, ("00_standins", "02_tokenizer_workers")))  # served
 DEFAULT_PIN_E2E = tuple(
     map(E2E, ("01_launch", "03_abort_matrix", "04_gsm8k", "05_fuzz", "06_hicache", "07_demo", "08_cluster"))
 )
-OLDER_PIN_E2E = tuple(map(E2E, ("01_launch", "02_tokenizer_workers")))
-# ci_slow on an older pin: what depends on the release (its patches' code over real HTTP and real classes, the
-# plugin path and process entry on its modules, its own wheel's fingerprints). Packaging, the add-a-patch and
-# rebase walks and the GSM8K runner are the same code on every pin: the default pin's ci_slow runs them.
-OLDER_PIN_CI_SLOW = ("tests/patches", "tests/core/test_overlay_plugin.py", "tests/core/test_processes.py",
-                     "tests/core/test_readiness.py")  # fmt: skip
+OLDER_PIN_E2E = (E2E("02_tokenizer_workers"),)  # process entry on the older pin: main, schedulers, workers
+# ci_slow on an older pin: what depends on the release: its patches' code over real HTTP and real classes, its
+# targets hooked through load_plugins(), a child entered at its first target import, its own wheel's fingerprints.
+# Packaging, the CLI, the add-a-patch and rebase walks, the GSM8K runner and the plugin's refusals (on a test
+# patch) are the same code on every pin: the default pin's ci_slow runs them.
+OLDER_PIN_CI_SLOW = (
+    "tests/patches",
+    "tests/core/test_overlay_plugin.py::test_every_target_of_the_installed_pins_lock_is_hooked_through_load_plugins",
+    "tests/core/test_overlay_plugin.py::test_every_shipped_patch_is_wrapped_after_its_modules_import",
+    "tests/core/test_processes.py::test_a_child_of_an_overlay_process_is_entered_at_its_first_target_import",
+    "tests/core/test_readiness.py::test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency",
+)
 WHEEL_PYTHON = "3.12"  # SGLang's official image: Python 3.12 as python3
 
 nox.options.sessions = []  # .ci/run names the sessions it runs
