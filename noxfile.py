@@ -10,7 +10,7 @@ is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
   is the README's ``.venv``, reused when present), ``lock --check``, and the tiers that prove something on that
   pin. The default pin: ``ci_slow`` whole, and every real-server module that does not depend on how the overlay
   was installed (both launchers, the abort matrix, the GSM8K runner and its A/B against pristine upstream, the
-  fuzz, HiCache, the demo, two nodes on loopback; the launchers' servers are the abort matrix's too). An older
+  fuzz, HiCache, two nodes on loopback; the launchers' servers are the abort matrix's too). An older
   pin: its default tier, the part of ``ci_slow`` that depends on the release (``OLDER_PIN_CI_SLOW``: its
   patches' code over real HTTP through upstream's routes, its targets hooked through ``load_plugins()``), and
   the real-server module of process entry (main process, schedulers, tokenizer workers). Its HiCache hooks have
@@ -40,8 +40,8 @@ PINS = sorted(p.name for p in PINS_DIR.iterdir() if (p / "upstream.lock").is_fil
 PYTEST = ("-m", "pytest", "-p", "no:cacheprovider")
 E2E = "tests/e2e/test_{}.py".format
 INSTALL_E2E = tuple(map(E2E, ("00_standins", "02_tokenizer_workers")))  # served from the wheel
-DEFAULT_PIN_E2E = tuple(
-    map(E2E, ("01_launch", "03_abort_matrix", "04_gsm8k", "05_fuzz", "06_hicache", "07_demo", "08_cluster"))
+DEFAULT_PIN_E2E = tuple(  # tests/e2e/test_07_demo.py is marked slow: the demo script, outside CI
+    map(E2E, ("01_launch", "03_abort_matrix", "04_gsm8k", "05_fuzz", "06_hicache", "08_cluster"))
 )
 OLDER_PIN_E2E = (E2E("02_tokenizer_workers"),)  # process entry on the older pin: main, schedulers, workers
 # ci_slow on an older pin: what depends on the release: its patches' code over real HTTP and real classes, its

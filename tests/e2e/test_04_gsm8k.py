@@ -104,6 +104,7 @@ def test_ab_the_patched_server_changes_no_answer_of_pristine_upstream(server_poo
     assert summary["b"]["config"]["base_url"] != summary["config"]["base_url"]
 
 
+@pytest.mark.slow  # the verdict's logic is tests/gsm8k/test_paired.py's (scripted servers, exact counts); 2 min here
 def test_ab_the_verdict_fails_where_answers_differ(server_pool, tmp_path):
     result, summary = _ab(server_pool, tmp_path / "sampled", "--temperature", "1.0")
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]

@@ -20,7 +20,8 @@ import pytest
 from tests.conftest import REPO, subprocess_env
 from tests.support.proc import with_default_sigint
 
-pytestmark = pytest.mark.e2e
+# slow: a convenience script over the launch code every e2e module runs; its own part is the Ctrl-C stop (4 min)
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 class _Lines:
