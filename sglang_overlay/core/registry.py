@@ -76,14 +76,12 @@ class Target:
     qualname: str  # object inside it, e.g. "UnifiedRadixCache._load_back_transfers"
     hook: str  # "package.module:function" resolved at application time
     hook_type: str = "AROUND"  # a sglang HookType name
-    upstream: str = ""  # filled from the release folder that declares it ("" = every release); never by hand
 
     def __post_init__(self) -> None:
         if self.hook_type not in HOOK_TYPES:
             raise RegistryError(f"{self.path}: hook_type {self.hook_type!r} not in {HOOK_TYPES}")
         if ":" not in self.hook:
             raise RegistryError(f"{self.path}: hook {self.hook!r} must be 'module:function'")
-        _specifier(self.upstream, self.path)
 
     @property
     def path(self) -> str:
@@ -148,12 +146,6 @@ class Release:
             raise RegistryError(f"release {self.folder or '?'}: declares no upstream range (use the patch's targets)")
         if not self.targets:
             raise RegistryError(f"release {self.folder or '?'} ({self.upstream}): declares no targets")
-        for target in self.targets:
-            if target.upstream:
-                raise RegistryError(
-                    f"release {self.folder or '?'}: target {target.path} sets upstream= itself; "
-                    "the release's range is declared once, on the Release"
-                )
 
     @property
     def specifier(self) -> SpecifierSet:
@@ -161,10 +153,6 @@ class Release:
 
     def applies_to(self, version: str) -> bool:
         return self.specifier.contains(version, prereleases=True)
-
-    def scoped_targets(self) -> tuple[Target, ...]:
-        """The targets, each carrying this release's range (what ``check`` and the lock report)."""
-        return tuple(replace(t, upstream=self.upstream) for t in self.targets)
 
 
 @dataclass(frozen=True)
@@ -242,7 +230,7 @@ class Patch:
     @property
     def all_targets(self) -> tuple[Target, ...]:
         """Every target of every release (the registry's own checks, rebase reports)."""
-        return (*self.targets, *(t for r in self.releases for t in r.scoped_targets()))
+        return (*self.targets, *(t for r in self.releases for t in r.targets))
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -261,7 +249,7 @@ class Patch:
         """This patch as upstream ``version`` sees it: its own targets plus those of the release folder
         serving ``version``, flat; None when no target applies (the patch is not in that release's series)."""
         release = self.release_for(version)
-        targets = (*self.targets, *(release.scoped_targets() if release else ()))
+        targets = (*self.targets, *(release.targets if release else ()))
         if not targets:
             return None
         depends = tuple(dict.fromkeys((*self.depends, *(release.depends if release else ()))))
@@ -324,12 +312,6 @@ def _load_declaration(module_name: str, extra: bool) -> Patch:
         raise RegistryError(f"{module_name} declares patch {patch.id!r}: its folder must be {package_name(patch.id)}")
     if not extra and patch.position < 1:
         raise RegistryError(f"patch {patch.id}: a patch of the series declares its position (>= 1)")
-    for target in patch.targets:
-        if target.upstream:
-            raise RegistryError(
-                f"patch {patch.id}: target {target.path} sets upstream={target.upstream!r} by hand; "
-                "code for a range of releases lives in a release folder (RELEASE = Release(...))"
-            )
     releases = _releases_of(module)
     folders = {f"{module.__name__}.{r.folder}." for r in releases}
     for target in patch.targets:
