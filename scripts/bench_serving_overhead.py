@@ -15,14 +15,20 @@ Per round, in alternating order (overlay first in even rounds, upstream first in
 Reports the median over all pairs of the ratio overlay / upstream: ``startup_ratio`` (per round, goal
 <= 1.05) and ``throughput_ratio`` (per burst pair, goal >= 0.98), with the pairs' min and max. Both sides
 carry the CPU stand-ins (``SGLANG_PLUGINS=cpu_standins[,sglang_overlay]``).
+``--tp-size 2``: both sides are ``--tp-size 2`` servers (one core per rank, NCCL kept out). ``--cluster-rounds K``:
+K rounds of two overlay nodes on loopback, with the cluster check and with it disabled on both nodes, alternating:
+node 0's time to ready and each rank's own timing of the check (the start-up cost of ``cluster-consistency``).
 
     .venv/bin/python scripts/bench_serving_overhead.py --quick --json out/serving_overhead.json
+    .venv/bin/python scripts/bench_serving_overhead.py --tp-size 2 --rounds 2 --bursts 4 --cluster-rounds 2 \
+        --json out/serving_overhead_tp2.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -37,6 +43,7 @@ if str(REPO) not in sys.path:
 
 import httpx  # noqa: E402
 
+from tests.support.real_server.cluster import tensor_parallel, two_nodes  # noqa: E402
 from tests.support.real_server.model import build_tiny_model  # noqa: E402
 from tests.support.real_server.server import ServerConfig, running_server  # noqa: E402
 
@@ -80,13 +87,35 @@ def burst(url: str, streams: int, tokens: int) -> float:
     return sum(counts) / wall
 
 
+TP_SIZE = [1]  # --tp-size: ranks per server (one core each)
+
+
 def config(overlay: bool, streams: int) -> ServerConfig:
-    return ServerConfig(overlay=overlay, max_running_requests=max(8, streams))
+    base = ServerConfig(overlay=overlay, max_running_requests=max(8, streams))
+    return tensor_parallel(base, TP_SIZE[0]) if TP_SIZE[0] > 1 else base
 
 
 def time_to_ready(overlay: bool, model: Path, log_dir: Path, streams: int) -> float:
     with running_server(config(overlay, streams), log_dir, model, poll_s=0.1) as server:
         return server.time_to_ready
+
+
+def cluster_check(model: Path, log_dir: Path, rounds: int) -> list:
+    """Two overlay nodes on loopback, with the cluster check and with it disabled on both nodes (alternating):
+    node 0's time to ready, and the seconds each rank's check says it took (its INFO line)."""
+    runs = []
+    for r in range(rounds):
+        for check in (True, False) if r % 2 == 0 else (False, True):
+            env = () if check else (("SGLANG_OVERLAY_DISABLE", "cluster-consistency"),)
+            config = ServerConfig(env=env)
+            with two_nodes(log_dir / f"cluster-{r}-{check}", node0=config, node1=config) as (node0, node1):
+                logs = node0.log_text() + node1.log_text()
+                ready = node0.time_to_ready
+            seconds = [float(x) for x in re.findall(r"cluster of 2 ranks consistent .*checked in ([\d.]+) s", logs)]
+            runs.append({"round": r, "check": check, "time_to_ready_s": round(ready, 3), "check_s": seconds})
+            print(f"two nodes, round {r}, check {'on ' if check else 'off'}: ready {ready:7.2f} s, "
+                  f"check per rank {seconds} s", flush=True)  # fmt: skip
+    return runs
 
 
 def paired_bursts(order: tuple, model: Path, log_dir: Path, streams: int, tokens: int, bursts: int) -> list:
@@ -162,8 +191,15 @@ def main(argv=None) -> int:
     ap.add_argument("--bursts", type=int, default=8, help="throughput bursts per side per round")
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--tp-size", type=int, default=1, help="ranks per server, one core each (--tp-size 2: 2 cores)")
+    ap.add_argument("--cluster-rounds", type=int, default=0,
+                    help="also launch two overlay nodes on loopback this many times, with the cluster check and "
+                         "without (its start-up cost)")  # fmt: skip
     ap.add_argument("--log-dir", metavar="DIR", help="server logs (default: a temporary directory)")
     args = ap.parse_args(argv)
+    if args.tp_size < 1:
+        ap.error("--tp-size is at least 1")
+    TP_SIZE[0] = args.tp_size
     rounds, tokens, bursts = (1, 128, 2) if args.quick else (args.rounds, args.tokens, args.bursts)
     model = build_tiny_model()
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="bench-serving-"))
@@ -188,6 +224,7 @@ def main(argv=None) -> int:
                 f"  cpu ms/token {cpu}",
                 flush=True,
             )
+    cluster = cluster_check(model, log_dir, args.cluster_rounds) if args.cluster_rounds else []
     paired = {"startup_ratio": ratios(starts, "time_to_ready_s"), "throughput_ratio": ratios(pairs)}
     med = {
         side: {
@@ -197,6 +234,7 @@ def main(argv=None) -> int:
         for side in ("overlay", "upstream")
     }
     result = {
+        "tp_size": args.tp_size,
         "rounds": rounds,
         "streams": args.streams,
         "tokens_per_stream": tokens,
@@ -207,6 +245,7 @@ def main(argv=None) -> int:
         **{key: round(statistics.median(r), 4) for key, r in paired.items()},
         "paired_ratios": {key: [round(x, 4) for x in r] for key, r in paired.items()},
         "goals": {k: f"{op} {v}" for k, (op, v) in GOALS.items()},
+        "two_nodes": cluster,
     }
     print(f"\n{'':10s}{'time to ready (s)':>20s}{'tokens/s':>12s}")
     for side in ("upstream", "overlay"):
@@ -215,6 +254,13 @@ def main(argv=None) -> int:
         ok = result[key] <= goal if op == "<=" else result[key] >= goal
         spread = f"paired min {min(paired[key]):.4f} max {max(paired[key]):.4f}"
         print(f"{key}: {result[key]:.4f} (goal {op} {goal}: {'met' if ok else 'NOT met'}; {spread})")
+    if cluster:
+        on = [x for x in cluster if x["check"]]
+        off = [x for x in cluster if not x["check"]]
+        check_s = [s for x in on for s in x["check_s"]]
+        print(f"two nodes: ready {statistics.median(x['time_to_ready_s'] for x in on):.2f} s with the cluster check, "
+              f"{statistics.median(x['time_to_ready_s'] for x in off):.2f} s without; the check itself "
+              f"{min(check_s):.3f}-{max(check_s):.3f} s per rank")  # fmt: skip
     write_json(args.json, result)
     if args.png:
         import matplotlib

@@ -180,20 +180,29 @@ def run_status(url: str, as_json: bool) -> int:
     number = {p.id: f"#{p.position}" for p in verify.declared_patches(lockfile.read_pin().version) if not p.extra}
     table = _table(f"sglang-overlay status: {url}", ("node", "rank", "role", "pid", "overlay", "live patches"))
     for r in report["processes"]:
-        if r["overlay"]:
+        if r.get("remote"):
+            there = "[green]yes[/]" if r["ok"] else ("[red]DIFFERS[/]" if r["overlay"] else "[red]ABSENT[/]")
+            live = " ".join(number.get(p, p) for p in r["patches"]) + " *" if r["patches"] else "-"
+        elif r["overlay"]:
             there = "[green]yes[/]" if not r["skipped"] else f"[red]skipped {', '.join(r['skipped'])}[/]"
+            live = " ".join(number.get(p, p) for p in r["live"]) or "-"
         else:
-            there = "[red]ABSENT[/]" if r["expected"] else "-"
-        live = " ".join(number.get(p, p) for p in r["live"]) or "-"
-        table.add_row(r["node"], r["rank"], r["role"], str(r["pid"]), there, live)
+            there, live = ("[red]ABSENT[/]" if r["expected"] else "-"), "-"
+        table.add_row(r["node"], r["rank"], r["role"], str(r["pid"] or "-"), there, live)
     console.print(table)
     legend = "live patches: " + ", ".join(f"{n} {pid}" for pid, n in number.items())
     console.print(textwrap.fill(legend, width=100, subsequent_indent="  ", break_on_hyphens=False))
     console.print("('-': the process runs no patched target; a target's module not imported there is not live)")
+    remote = [r for r in report["processes"] if r.get("remote")]
+    if remote:
+        console.print("(*: a rank of another node, as it reported itself at start-up: its enabled patches)")
+    for r in remote:
+        if r["differs"]:
+            console.print(f"[red]{r['node']} {r['rank']}: {'; '.join(r['differs'])}[/]")
     console.print(
         "[green]OK: every process that runs patched code has the overlay[/]"
         if report["ok"]
-        else "[red]NOT OK: a process runs without the overlay[/]"
+        else "[red]NOT OK: a process or a rank runs without the overlay, or with another one[/]"
     )
     return 0 if report["ok"] else 1
 

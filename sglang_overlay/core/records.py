@@ -1,8 +1,9 @@
 """Per-process status records: where they live, and that only this user's processes can write them.
 
 Each overlay process keeps one small JSON record, ``<pid>.json``, in :func:`status_dir`
-(``$SGLANG_OVERLAY_STATUS_DIR``, else ``<tmp>/sglang-overlay-<uid>/status``); ``sglang-overlay status``
-reads them. The default path is predictable and the temp folder is shared, so the folder is trusted only
+(``$SGLANG_OVERLAY_STATUS_DIR``, else ``<tmp>/sglang-overlay-<uid>/status``), and may keep records of other
+kinds beside it (``<pid>.<kind>.json``: ``peers``, the ranks of other nodes that reported to it); ``sglang-overlay
+status`` reads them. The default path is predictable and the temp folder is shared, so the folder is trusted only
 when it is this user's own: every folder this module creates is made private (mode 0700), and a folder
 (the per-user one and ``status`` under it, or the override) that is a link, is not a directory, belongs
 to another user or is writable by group or others is refused (:class:`UntrustedFolder`) for writing and
@@ -29,6 +30,7 @@ from sglang_overlay.core import settings
 
 logger = logging.getLogger("sglang_overlay")
 _WARNED: set[str] = set()
+PEERS = "peers"  # the record kind of what a rank received from the other ranks (status lists them)
 
 
 class UntrustedFolder(OSError):
@@ -93,15 +95,21 @@ def _warn_once(directory: Path, exc: OSError) -> None:
         logger.warning("sglang-overlay: not keeping process records in %s: %s", directory, exc)
 
 
-def write(pid: int, record: dict) -> bool:
-    """Write ``record`` as ``<pid>.json``; False (one warning per process) when the folder is refused or
-    the write fails."""
+def _name(pid: int, kind: str | None) -> str:
+    if kind is not None and not kind.isidentifier():
+        raise ValueError(f"a record kind is a plain word, not {kind!r}")
+    return f"{pid}.json" if kind is None else f"{pid}.{kind}.json"
+
+
+def write(pid: int, record: dict, kind: str | None = None) -> bool:
+    """Write ``record`` as ``<pid>.json`` (``<pid>.<kind>.json``); False (one warning per process) when the
+    folder is refused or the write fails."""
     try:
         fd = open_folder(create=True)
     except OSError as exc:
         _warn_once(status_dir(), exc)
         return False
-    tmp = f".{pid}.tmp"
+    tmp = f".{_name(pid, kind)}.tmp"
     try:
         try:
             os.unlink(tmp, dir_fd=fd)
@@ -110,7 +118,7 @@ def write(pid: int, record: dict) -> bool:
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
         with os.fdopen(out, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(record))
-        os.replace(tmp, f"{pid}.json", src_dir_fd=fd, dst_dir_fd=fd)
+        os.replace(tmp, _name(pid, kind), src_dir_fd=fd, dst_dir_fd=fd)
         return True
     except OSError as exc:  # visibility must never take the server down
         _warn_once(status_dir(), exc)
@@ -119,15 +127,15 @@ def write(pid: int, record: dict) -> bool:
         os.close(fd)
 
 
-def read(pid: int) -> tuple[dict, float] | None:
-    """``(record, mtime)`` of ``<pid>.json``, None when there is none (or it is not this user's own file).
+def read(pid: int, kind: str | None = None) -> tuple[dict, float] | None:
+    """``(record, mtime)`` of ``<pid>.json`` (``<pid>.<kind>.json``), None when there is none (or it is not this user's own file).
     Raises UntrustedFolder when the folder itself is not to be trusted."""
     try:
         fd = open_folder(create=False)
     except FileNotFoundError:
         return None
     try:
-        handle = os.open(f"{pid}.json", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+        handle = os.open(_name(pid, kind), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
     except OSError:
         return None
     finally:
@@ -149,14 +157,14 @@ def exists(pid: int) -> bool:
         return False
 
 
-def forget(pid: int) -> None:
-    """Remove ``<pid>.json`` (at exit), inside a trusted folder only."""
+def forget(pid: int, kind: str | None = None) -> None:
+    """Remove ``<pid>.json`` (``<pid>.<kind>.json``) at exit, inside a trusted folder only."""
     try:
         fd = open_folder(create=False)
     except OSError:
         return
     try:
-        os.unlink(f"{pid}.json", dir_fd=fd)
+        os.unlink(_name(pid, kind), dir_fd=fd)
     except OSError:
         pass
     finally:

@@ -11,7 +11,10 @@ A process is *expected* to carry the overlay when it runs patched code: the HTTP
 main process and tokenizer workers (http-role patches), schedulers (scheduler-role
 patches). An expected process without a record, or with a skipped patch, makes the
 answer not OK. Processes that run no patched target (detokenizer, DP controller,
-helpers) are listed as such. Local only: the records are files on this host.
+helpers) are listed as such. The records are files on this host; the ranks of other nodes come from
+what a local rank received from them at start-up (its ``peers`` record, written by a patch that exchanges
+reports, e.g. through the job's rendezvous store): one row per remote rank, with the patches it reported
+enabled (what is live there is not known here), and a rank that reported nothing or differently is not OK.
 
 Records are read only from this user's own private folder (``core.records``); another folder is refused
 (``RecordsUntrusted``), so records another local user planted are never reported. ``live`` is the patches
@@ -81,10 +84,10 @@ def _server_tree(listener):
     return [top] + top.children(recursive=True)
 
 
-def _fresh_record(proc) -> dict | None:
-    """The process's record, unless it is a leftover of an earlier process with the same pid."""
+def _fresh_record(proc, kind: str | None = None) -> dict | None:
+    """The process's record (of ``kind``), unless it is a leftover of an earlier process with the same pid."""
     try:
-        found = records.read(proc.pid)
+        found = records.read(proc.pid, kind)
     except records.UntrustedFolder as exc:
         raise RecordsUntrusted(
             f"refusing to read process records: {exc} (only a folder of this user's own, "
@@ -140,7 +143,7 @@ def server_status(url: str) -> dict:
             "expected": expected,
             "role": role,
             "rank": rank,
-            "node": (record or {}).get("host") or socket.gethostname(),
+            "node": _node(proc, record),
             "live": sorted((record or {}).get("applied", {})),
             "patches": sorted(set((record or {}).get("applied", {})) | set((record or {}).get("pending_patches", []))),
             "applied": (record or {}).get("applied", {}),
@@ -150,4 +153,55 @@ def server_status(url: str) -> dict:
         }
         row["ok"] = (record is not None and not row["skipped"]) if expected else not row["skipped"]
         rows.append(row)
+    rows += _remote_rows(tree)
     return {"url": url, "port": port, "ok": all(r["ok"] for r in rows), "processes": rows}
+
+
+def _node(proc, record: dict | None) -> str:
+    """The host, and the node rank where this process is a rank that took part in a cluster exchange."""
+    host = (record or {}).get("host") or socket.gethostname()
+    peers = _fresh_record(proc, records.PEERS) if record else None
+    mine = ((peers or {}).get("reports") or {}).get(str((peers or {}).get("rank")))
+    return f"{host} (node {mine['node']})" if mine and mine.get("node") is not None else host
+
+
+def _remote_rows(tree) -> list[dict]:
+    """One row per rank another node reported to a local rank (its ``peers`` record); local ranks are skipped."""
+    here, local = socket.gethostname(), {proc.pid for proc in tree}
+    rows: dict[int, dict] = {}
+    for proc in tree:
+        peers = _fresh_record(proc, records.PEERS)
+        if not peers:
+            continue
+        per_node = max(1, int(peers.get("ranks", 1)) // max(1, int(peers.get("nnodes", 1))))
+        for key, report in (peers.get("reports") or {}).items():
+            if int(key) in rows or (report.get("host") == here and report.get("pid") in local):
+                continue
+            rows[int(key)] = _remote_row(int(key), report, (peers.get("differing") or {}).get(key) or [])
+        for rank in peers.get("missing") or ():
+            rows.setdefault(int(rank), _remote_row(int(rank), {"node": int(rank) // per_node}, None))
+    return [rows[r] for r in sorted(rows)]
+
+
+def _remote_row(rank: int, report: dict, differs: list[str] | None) -> dict:
+    """A rank of another node as it reported itself (``differs`` None: it reported nothing)."""
+    role, ranked = _role_and_rank(report.get("title") or "", None, False)
+    host = report.get("host", "?")
+    return {
+        "pid": report.get("pid"),
+        "title": report.get("title") or "",
+        "overlay": differs is not None,
+        "expected": True,
+        "remote": True,
+        "role": role if report.get("title") else "rank",
+        "rank": ranked if ranked != "-" else f"rank{rank}",
+        "node": f"{host} (node {report['node']})" if report.get("node") is not None else host,
+        "live": [],
+        "patches": sorted(report.get("patches") or ()),
+        "applied": {},
+        "pending_modules": [],
+        "skipped": {},
+        "differs": ["reported no overlay state"] if differs is None else differs,
+        "overlay_file": None,
+        "ok": differs == [],
+    }

@@ -11,8 +11,10 @@ import json
 import logging
 import os
 import pwd
+import socket
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -179,3 +181,59 @@ def test_an_unchanged_record_is_not_rewritten(tmp_path, monkeypatch):
     path.unlink()  # removed behind its back: written again
     processes.write_record({**STATUS, "pending_modules": ["m"]})
     assert path.is_file()
+
+
+def test_a_record_of_another_kind_lives_beside_the_process_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
+    assert records.write(os.getpid(), {"a": 1}) and records.write(os.getpid(), {"b": 2}, kind=records.PEERS)
+    assert records.read(os.getpid())[0] == {"a": 1} and records.read(os.getpid(), records.PEERS)[0] == {"b": 2}
+    records.forget(os.getpid(), records.PEERS)
+    assert records.read(os.getpid(), records.PEERS) is None and records.read(os.getpid())[0] == {"a": 1}
+    with pytest.raises(ValueError, match="plain word"):
+        records.write(os.getpid(), {}, kind="../x")
+
+
+def _peers(rank: int, reports: dict, missing=(), differing=None, nnodes: int = 2, ranks: int = 2) -> dict:
+    return {"rank": rank, "nnodes": nnodes, "ranks": ranks, "reports": reports, "missing": list(missing),
+            "differing": differing or {}}  # fmt: skip
+
+
+def test_status_lists_the_ranks_other_nodes_reported_and_not_this_nodes_own(tmp_path, monkeypatch):
+    """A local rank's peers record (what the other ranks reported to it) gives one row per remote rank."""
+    import psutil
+
+    monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
+    me = psutil.Process()
+    here = socket.gethostname()
+    reports = {
+        "0": {"host": here, "pid": me.pid, "node": 0, "title": "sglang::scheduler_TP0", "patches": ["a", "b"]},
+        "1": {"host": "node-b", "pid": 77, "node": 1, "title": "sglang::scheduler_TP1", "patches": ["b", "a"]},
+        "2": {"host": "node-b", "pid": 78, "node": 1, "title": "sglang::scheduler_TP2", "patches": ["a"]},
+    }
+    records.write(me.pid, STATUS)
+    records.write(me.pid, _peers(0, reports, missing=[3], differing={"2": ["patches not enabled there: b"]}, ranks=4),
+                  kind=records.PEERS)  # fmt: skip
+    rows = server_status._remote_rows([me])
+    assert [(r["node"], r["rank"], r["role"], r["pid"]) for r in rows] == [
+        ("node-b (node 1)", "TP1", "scheduler", 77),
+        ("node-b (node 1)", "TP2", "scheduler", 78),
+        ("? (node 1)", "rank3", "rank", None),
+    ]
+    assert [r["ok"] for r in rows] == [True, False, False] and rows[0]["patches"] == ["a", "b"]
+    assert rows[1]["differs"] == ["patches not enabled there: b"] and rows[1]["overlay"] is True
+    assert rows[2]["differs"] == ["reported no overlay state"] and rows[2]["overlay"] is False
+    assert server_status._node(me, STATUS) == f"{here} (node 0)"
+
+
+def test_a_stale_peers_record_of_an_earlier_process_is_not_believed(tmp_path, monkeypatch):
+    class Proc:  # a process started after its pid's records were written: they are an earlier process's
+        pid = 4242
+
+        @staticmethod
+        def create_time():
+            return time.time() + 60
+
+    monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
+    report = {"host": "node-b", "pid": 1, "node": 1, "title": "sglang::scheduler_TP1", "patches": ["a"]}
+    records.write(Proc.pid, _peers(0, {"1": report}), kind=records.PEERS)
+    assert server_status._remote_rows([Proc]) == []

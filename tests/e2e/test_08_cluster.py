@@ -1,25 +1,117 @@
-"""Every rank on every node, or no start: two real SGLang nodes on loopback (``--tp-size 2 --nnodes 2``).
+"""Every rank on every node: ``--tp-size 2`` on one node and two real SGLang nodes on loopback, or no start.
 
-The patch ``cluster-consistency`` has each rank report its overlay through the job's rendezvous store. Each case
-is a real two-node launch on this CPU (one rank per node, one core each, NCCL kept out):
-- node 1 without the overlay (``SGLANG_PLUGINS`` naming only the CPU stand-ins): node 0 refuses, naming node 1;
-- node 1 with one patch disabled: refused, naming the patch;
-- both equal: the job starts, serves a completion, and each rank says it checked (and how long it took).
+Settings from ``shared/notes/users-environments.md`` (``tests/support/real_server/cluster.py``): one core per rank,
+NCCL kept out. Launches are shared: one overlay and one upstream ``--tp-size 2`` server (the pool), one equal
+two-node job (this module), and one launch per refusal.
+
+- ``--tp-size 2``, overlay against upstream side by side: the same greedy texts, the key abort cells (a 503
+  before the first token and one after content, judged as in the abort matrix), both schedulers carrying the
+  overlay (``status``).
+- Two nodes, both with the overlay: each rank says it checked the cluster; node 0's ``status --url`` lists
+  node 1's rank from what it reported; greedy texts equal to upstream's ``--tp-size 2`` server's (the same
+  two-rank tensor-parallel computation, its two ranks on two nodes); the key abort cells.
+- The patch ``cluster-consistency`` has each rank report its overlay through the job's rendezvous store:
+  node 1 without the overlay (``SGLANG_PLUGINS`` naming only the CPU stand-ins) is refused naming node 1;
+  node 1 with one patch disabled is refused naming the patch.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
-import httpx
 import pytest
 
-from tests.support.real_server.cluster import node0_log, two_nodes
-from tests.support.real_server.server import ServerConfig, ServerStartError
+from tests.support.real_server.aborts import fire, judge
+from tests.support.real_server.cluster import node0_log, tensor_parallel, two_nodes
+from tests.support.real_server.probes import greedy_texts
+from tests.support.real_server.server import ServerConfig, ServerStartError, run_status
 
 pytestmark = pytest.mark.e2e
 
 WAIT = (("SGLANG_OVERLAY_CLUSTER_WAIT_S", "10"),)  # the bound a missing rank costs; 20 s by default
+OVERLAY_TP2 = tensor_parallel(ServerConfig(overlay=True, abort_triggers=True))
+UPSTREAM_TP2 = tensor_parallel(ServerConfig(overlay=False, abort_triggers=True))
+# A 503 before the first token (priority refused) and one after content (running timeout), streamed: where
+# upstream loses the status (pickle: an SSE error event instead of the HTTP 503 the overlay gives)
+KEY_CELLS = [("priority", "completions", True), ("running_timeout", "chat", True)]
+
+
+@pytest.fixture(scope="module")
+def upstream_tp2(server_pool):
+    return server_pool.get(UPSTREAM_TP2)
+
+
+@pytest.fixture(scope="module")
+def overlay_tp2(server_pool):
+    return server_pool.get(OVERLAY_TP2)
+
+
+@pytest.fixture(scope="module")
+def upstream_texts(upstream_tp2):
+    return greedy_texts(upstream_tp2.url)
+
+
+@pytest.fixture(scope="module")
+def equal_nodes(tmp_path_factory):
+    config = ServerConfig(abort_triggers=True)
+    with two_nodes(tmp_path_factory.mktemp("equal-nodes"), node0=config, node1=config) as nodes:
+        yield nodes
+
+
+def _status(url: str) -> dict:
+    result = run_status(url, "--json")
+    return {"code": result.returncode, **json.loads(result.stdout)}
+
+
+def test_tp2_overlay_answers_the_same_greedy_texts_as_upstream(overlay_tp2, upstream_texts):
+    assert greedy_texts(overlay_tp2.url) == upstream_texts
+
+
+@pytest.mark.parametrize("trigger,route,stream", KEY_CELLS, ids=lambda v: str(v).lower())
+@pytest.mark.parametrize("side", ["overlay", "upstream"])
+def test_tp2_key_abort_cells(side, overlay_tp2, upstream_tp2, trigger, route, stream):
+    server = overlay_tp2 if side == "overlay" else upstream_tp2
+    judge(server.config, trigger, route, stream, fire(server.url, trigger, route, stream))
+
+
+def test_tp2_both_schedulers_carry_the_overlay(overlay_tp2):
+    report = _status(overlay_tp2.url)
+    schedulers = {p["rank"]: p for p in report["processes"] if p["role"] == "scheduler"}
+    assert report["code"] == 0 and sorted(schedulers) == ["TP0", "TP1"], report
+    assert all(p["overlay"] and p["ok"] for p in schedulers.values()), schedulers
+
+
+def test_equal_nodes_start_serve_and_each_rank_says_it_checked(equal_nodes, upstream_texts):
+    node0, node1 = equal_nodes
+    assert greedy_texts(node0.url) == upstream_texts
+    logs = {"node 0": node0.log_text(), "node 1": node1.log_text()}
+    checked = {name: re.findall(r"cluster of 2 ranks consistent \(rank (\d), node (\d); checked in ([\d.]+) s\)", log)
+               for name, log in logs.items()}  # fmt: skip
+    assert checked["node 0"][0][:2] == ("0", "0") and checked["node 1"][0][:2] == ("1", "1"), checked
+    seconds = [float(found[0][2]) for found in checked.values()]  # a figure for the record, not an assertion
+    print(f"cluster check: {seconds} s per rank; node 0 ready in {node0.time_to_ready:.1f} s")
+
+
+@pytest.mark.parametrize("trigger,route,stream", KEY_CELLS, ids=lambda v: str(v).lower())
+def test_two_nodes_key_abort_cells(equal_nodes, trigger, route, stream):
+    node0, _ = equal_nodes
+    judge(node0.config, trigger, route, stream, fire(node0.url, trigger, route, stream))
+
+
+def test_status_on_node_0_lists_the_rank_of_node_1(equal_nodes):
+    node0, node1 = equal_nodes
+    report = _status(node0.url)
+    remote = [p for p in report["processes"] if p.get("remote")]
+    assert report["code"] == 0 and report["ok"], report
+    assert [(p["rank"], p["role"], p["node"].endswith("(node 1)"), p["ok"]) for p in remote] == [
+        ("TP1", "scheduler", True, True)
+    ], remote
+    assert remote[0]["pid"] in {p.pid for p in node1.processes()}  # node 1's own scheduler, as it reported
+    assert "cluster-consistency" in remote[0]["patches"]
+    table = run_status(node0.url)
+    assert max(map(len, table.stdout.splitlines())) <= 100, table.stdout
+    assert re.search(r"│ \S+ \(node 1\)\s*│ TP1\s*│ scheduler", table.stdout), table.stdout
 
 
 def test_a_node_without_the_overlay_is_refused_naming_it(tmp_path):
@@ -39,17 +131,3 @@ def test_a_node_with_a_patch_disabled_is_refused_naming_the_patch(tmp_path):
     log = node0_log(tmp_path)
     assert re.search(r"rank 1 \(node 1, host [^,]+, pid \d+\) differs: patches not enabled there: moe-cp-compaction",
                      log), log[-3000:]  # fmt: skip
-
-
-def test_equal_nodes_start_serve_and_each_rank_says_it_checked(tmp_path):
-    with two_nodes(tmp_path) as (node0, node1):
-        model = httpx.get(f"{node0.url}/v1/models", timeout=30).json()["data"][0]["id"]
-        reply = httpx.post(f"{node0.url}/v1/completions", timeout=120,
-                           json={"model": model, "prompt": "2+2=", "max_tokens": 4, "temperature": 0})  # fmt: skip
-        assert reply.status_code == 200, reply.text
-        logs = {"node 0": node0.log_text(), "node 1": node1.log_text()}
-    checked = {name: re.findall(r"cluster of 2 ranks consistent \(rank (\d), node (\d); checked in ([\d.]+) s\)", log)
-               for name, log in logs.items()}  # fmt: skip
-    assert checked["node 0"][0][:2] == ("0", "0") and checked["node 1"][0][:2] == ("1", "1"), checked
-    seconds = [float(found[0][2]) for found in checked.values()]  # a figure for the record, not an assertion
-    print(f"cluster check: {seconds} s per rank; node 0 ready in {node0.time_to_ready:.1f} s")

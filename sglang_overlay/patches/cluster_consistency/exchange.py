@@ -6,23 +6,28 @@ report under ``sglang_overlay/cluster/<rank>`` in the default process group's st
 rank's report and compares. A rank without the overlay never writes: the others stop waiting, name it and
 refuse; no collective is added, so such a rank cannot hang the others.
 Invariant: strict (default) refuses on any missing or different rank, naming node, rank and difference;
-``SGLANG_OVERLAY_STRICT=0`` logs one warning and starts. Cost: one store write and one read per rank
-(milliseconds: the INFO line says how long), plus the wait when a rank is missing.
+``SGLANG_OVERLAY_STRICT=0`` logs one warning and starts. What a rank found is kept beside its process record
+(``core.records``, kind ``peers``), so ``sglang-overlay status --url`` on one node lists every rank of every node.
+Cost: one store write and one read per rank (milliseconds: the INFO line says how long), one small file
+write, plus the wait when a rank is missing.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import os
 import time
 from datetime import timedelta
 
-from sglang_overlay.core import settings
+from sglang_overlay.core import records, settings
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.patches.cluster_consistency.settings import WAIT_S
 from sglang_overlay.patches.cluster_consistency.state import differences, local_state
 
 logger = logging.getLogger("sglang_overlay")
+_KEPT: set[int] = set()  # the processes whose peers record is removed at exit
 KEY = "sglang_overlay/cluster/{}"
 
 
@@ -56,6 +61,7 @@ def check_cluster(node_rank: int, nnodes: int, group=None, wait_s: float | None 
     reports = {r: json.loads(store.get(KEY.format(r))) for r in range(world) if r not in missing}
     differing = {r: d for r, theirs in reports.items() if r != rank and (d := differences(mine, theirs))}
     found = {"ranks": world, "missing": missing, "differing": differing, "seconds": time.perf_counter() - started}
+    _keep_for_status(rank, nnodes, found, reports)
     if missing or differing:
         message = _refusal(mine, rank, world, nnodes, missing, differing, reports, wait_s)
         if settings.strict():
@@ -70,6 +76,21 @@ def check_cluster(node_rank: int, nnodes: int, group=None, wait_s: float | None 
         found["seconds"],
     )
     return found
+
+
+def _keep_for_status(rank: int, nnodes: int, found: dict, reports: dict) -> None:
+    """Every rank's report as this rank received it, beside this process's record (removed at exit)."""
+    kept = {
+        "rank": rank,
+        "nnodes": nnodes,
+        "ranks": found["ranks"],
+        "reports": {str(r): report for r, report in reports.items()},
+        "missing": found["missing"],
+        "differing": {str(r): d for r, d in found["differing"].items()},
+    }
+    if records.write(os.getpid(), kept, kind=records.PEERS) and os.getpid() not in _KEPT:
+        _KEPT.add(os.getpid())
+        atexit.register(records.forget, os.getpid(), records.PEERS)
 
 
 def _refusal(mine, rank, world, nnodes, missing, differing, reports, wait_s) -> str:

@@ -1,8 +1,9 @@
 """What a rank reports about its overlay, and how two reports differ (pure; no torch, no store).
 
 Job: :func:`local_state` is this process's declared overlay (version, pin and lock digest, installed sglang,
-enabled patches, strictness, host and node); :func:`differences` names each field where another rank differs.
-Invariant: only fields that change what runs are compared (host, pid and node only name the rank). Cost: one
+enabled patches, strictness, host, node, pid and process title); :func:`differences` names each field where
+another rank differs. Invariant: only fields that change what runs are compared (host, node, pid and title only
+name the rank). Cost: one
 lock read and one registry discovery per process (once, at start-up).
 """
 
@@ -35,7 +36,18 @@ def local_state(node_rank: int) -> dict:
         "host": socket.gethostname(),
         "node": node_rank,
         "pid": os.getpid(),
+        "title": _title(),
     }
+
+
+def _title() -> str:
+    """SGLang's title of this process (``sglang::scheduler_TP1``), set before the process group exists."""
+    try:
+        import setproctitle
+
+        return setproctitle.getproctitle().strip()
+    except Exception:  # no setproctitle: the rank still reports, only less readably
+        return ""
 
 
 def differences(mine: dict, theirs: dict) -> list[str]:

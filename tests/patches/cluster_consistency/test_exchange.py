@@ -16,6 +16,16 @@ from sglang_overlay.patches.cluster_consistency import exchange
 from sglang_overlay.patches.cluster_consistency.state import COMPARED, differences, local_state
 
 
+@pytest.fixture(autouse=True)
+def records_here(tmp_path, monkeypatch):
+    """Each exchange keeps a peers record (``core.records``): in this test's folder, removed by nobody's atexit."""
+    monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
+    registered = []
+    monkeypatch.setattr(exchange.atexit, "register", lambda *a: registered.append(a))
+    monkeypatch.setattr(exchange, "_KEPT", set())
+    return registered
+
+
 def _ranks(world: int, store, wait_s: float = 5.0, nnodes: int = 2, only=None) -> dict:
     """Run ``check_cluster`` as each rank of ``only`` (default: all) in its own thread; rank -> result/exception."""
     out = {}
@@ -108,3 +118,20 @@ def test_the_hook_returns_upstreams_result_unchanged():
 
     result = object()
     assert exchange.after_group_init(result, server_args=SimpleNamespace(node_rank=0, nnodes=1)) is result
+
+
+def test_what_a_rank_received_is_kept_for_status_and_removed_at_exit(records_here, monkeypatch):
+    """The peers record beside this process's record: every rank's report as received, and what differed."""
+    import os
+
+    from sglang_overlay.core import records
+
+    monkeypatch.setenv("SGLANG_OVERLAY_STRICT", "0")
+    store = dist.HashStore()
+    theirs = _other_node(store, 1, overlay="0.0.9")
+    _ranks(3, store, wait_s=1, nnodes=3, only=[0])
+    kept, _ = records.read(os.getpid(), records.PEERS)
+    assert kept["rank"] == 0 and kept["ranks"] == 3 and kept["nnodes"] == 3 and kept["missing"] == [2]
+    assert kept["reports"]["1"] == theirs and kept["reports"]["0"]["pid"] == os.getpid()
+    assert kept["differing"] == {"1": ["overlay '0.0.9' there, '0.1.0' here"]}
+    assert records_here == [(records.forget, os.getpid(), records.PEERS)]

@@ -1,12 +1,13 @@
-"""Two SGLang nodes on loopback: ``--tp-size 2 --nnodes 2``, one rank per node, both on this host.
+"""Several ranks on this host: ``--tp-size 2`` on one node (``tensor_parallel``), and two SGLang nodes on loopback
+(``two_nodes``: ``--tp-size 2 --nnodes 2``, one rank per node).
 
 Usage::
 
     with two_nodes(tmp_path, node1=ServerConfig(overlay=False)) as (node0, node1):
         ...  # node0: a ready RealServer (it serves the API); node1: its process (a health server only)
 
-Settings from ``shared/notes/users-environments.md``: one core per rank (``SGLANG_CPU_OMP_THREADS_BIND``), NCCL
-kept out (``SGLANG_NCCL_SO_PATH`` naming no file: the registry's torch is a CUDA build whose PyNccl would ask
+Settings from ``shared/notes/users-environments.md``: one core per rank (``SGLANG_CPU_OMP_THREADS_BIND``), torch.compile
+off (``EAGER``), NCCL kept out (``SGLANG_NCCL_SO_PATH`` naming no file: the registry's torch is a CUDA build whose PyNccl would ask
 for a CUDA device), a different ``--port`` per node (a non-zero node rank serves a small health server there).
 Invariant: both launches are stopped whole on exit, whatever happened. Cost: about a minute to ready on 2 cores.
 """
@@ -24,12 +25,24 @@ from tests.support.real_server.model import build_tiny_model
 from tests.support.real_server.server import RealServer, ServerConfig, free_port, start_server
 
 NCCL_OFF = ("SGLANG_NCCL_SO_PATH", "/nonexistent/libnccl.so.2")
+# With more than one rank, upstream's vocab-parallel embedding runs a torch.compile'd mask (layers/
+# vocab_parallel_embedding.py, get_masked_input_and_mask): its first call builds an inductor C++ kernel, 11 s
+# on 2 loaded cores, past the abort configs' 4 s running timeout (their warm-up request was refused). Eager, the
+# same pointwise ops; both sides of every comparison run the same way.
+EAGER = ("TORCHDYNAMO_DISABLE", "1")
+
+
+def tensor_parallel(base: ServerConfig, tp_size: int = 2) -> ServerConfig:
+    """``base`` as a ``--tp-size`` server on this host: one core per rank, NCCL kept out."""
+    binds = ("SGLANG_CPU_OMP_THREADS_BIND", "|".join(str(i) for i in range(tp_size)))
+    return dataclasses.replace(base, extra_args=base.extra_args + ("--tp-size", str(tp_size)),
+                               env=base.env + (NCCL_OFF, EAGER, binds))  # fmt: skip
 
 
 def node_config(base: ServerConfig, node_rank: int, dist_port: int) -> ServerConfig:
     args = ("--tp-size", "2", "--nnodes", "2", "--node-rank", str(node_rank), "--dist-init-addr",
             f"127.0.0.1:{dist_port}")  # fmt: skip
-    env = (("SGLANG_CPU_OMP_THREADS_BIND", str(node_rank)), NCCL_OFF)
+    env = (("SGLANG_CPU_OMP_THREADS_BIND", str(node_rank)), NCCL_OFF, EAGER)
     return dataclasses.replace(base, extra_args=base.extra_args + args, env=base.env + env)
 
 

@@ -9,6 +9,8 @@ Anthropic ``/v1/messages`` request with raw httpx and classifies what the client
 - ``graceful_abort``: HTTP 200 and ``finish_reason: "abort"`` (what a lost error status looks like);
 - ``ok``: anything else (a normal completion).
 
+``greedy_texts(url)`` gives each of a few prompts' greedy completion, to compare two servers' outputs.
+
 ``QueueFiller`` occupies every running slot and the one waiting slot of a server launched with
 ``ABORT_FLAGS`` (``--max-running-requests 2 --max-queued-requests 1``), so that the next request meets
 upstream's real "queue full" abort (``Scheduler._abort_on_queued_limit``, managers/scheduler.py:3258-3297).
@@ -238,3 +240,30 @@ def wait_idle(url: str, timeout: float = 60.0) -> dict:
         if time.monotonic() > deadline:
             return load
         time.sleep(0.2)
+
+
+GREEDY_PROMPTS = (
+    "Natalia sold clips to 48 of her friends in April,",
+    "The capital of France is",
+    "def fibonacci(n):",
+    "1, 2, 3, 4,",
+)
+
+
+def greedy_texts(url: str, prompts: tuple[str, ...] = GREEDY_PROMPTS, max_tokens: int = 12) -> dict[str, str]:
+    """Each prompt's greedy completion (temperature 0, ``ignore_eos``: always ``max_tokens`` tokens) from
+    ``/v1/completions``; servers that compute the same thing answer the same texts."""
+    texts = {}
+    with httpx.Client(timeout=120) as client:
+        for prompt in prompts:
+            body = {
+                "model": "default",
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+            }
+            reply = client.post(url + PATHS["completions"], json=body)
+            reply.raise_for_status()
+            texts[prompt] = reply.json()["choices"][0]["text"]
+    return texts

@@ -127,6 +127,8 @@ class ServerConfig:
             parts.append("aborts")
         if self.hicache:
             parts.append("hicache")
+        if "--tp-size" in self.extra_args:
+            parts.append("tp" + self.extra_args[self.extra_args.index("--tp-size") + 1])
         return "-".join(parts)
 
     def server_args(self, model_dir: Path, port: int) -> list[str]:
