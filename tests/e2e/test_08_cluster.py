@@ -10,6 +10,9 @@ two-node job (this module), and one launch per refusal.
 - Two nodes, both with the overlay: each rank says it checked the cluster; node 0's ``status --url`` lists
   node 1's rank from what it reported; greedy texts equal to upstream's ``--tp-size 2`` server's (the same
   two-rank tensor-parallel computation, its two ranks on two nodes); the key abort cells.
+- ``--dp-size 2 --enable-dp-attention`` (``--tp-size 2``): upstream cannot serve it on this CPU, with or without the
+  overlay (its torch_native attention backend lacks a method the DP-attention padding calls, in the warm-up's first
+  forward); before that, the overlay has entered the data-parallel controller and both schedulers.
 - The patch ``cluster-consistency`` has each rank report its overlay through the job's rendezvous store:
   node 1 without the overlay (``SGLANG_PLUGINS`` naming only the CPU stand-ins) is refused naming node 1;
   node 1 with one patch disabled is refused naming the patch.
@@ -24,8 +27,9 @@ import pytest
 
 from tests.support.real_server.aborts import fire, judge
 from tests.support.real_server.cluster import node0_log, tensor_parallel, two_nodes
+from tests.support.real_server.model import build_tiny_model
 from tests.support.real_server.probes import greedy_texts
-from tests.support.real_server.server import ServerConfig, ServerStartError, run_status
+from tests.support.real_server.server import ServerConfig, ServerStartError, run_status, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -34,6 +38,10 @@ OVERLAY_TP2 = tensor_parallel(ServerConfig(overlay=True, abort_triggers=True))
 UPSTREAM_TP2 = tensor_parallel(ServerConfig(overlay=False, abort_triggers=True))
 # A 503 before the first token (priority refused) and one after content (running timeout), streamed: where
 # upstream loses the status (pickle: an SSE error event instead of the HTTP 503 the overlay gives)
+DP_ATTENTION = ("--dp-size", "2", "--enable-dp-attention")
+# upstream's forward_batch_info.py _pad_inputs_to_size on the CPU (0.5.23): the DP-attention padding asks the
+# attention backend for its CPU-graph fill value, which only the intel_amx backend (real sgl-kernel CPU ops) has
+UPSTREAM_DP_FAILURE = "'TorchNativeAttnBackend' object has no attribute 'get_cpu_graph_seq_len_fill_value'"
 KEY_CELLS = [("priority", "completions", True), ("running_timeout", "chat", True)]
 
 
@@ -131,3 +139,20 @@ def test_a_node_with_a_patch_disabled_is_refused_naming_the_patch(tmp_path):
     log = node0_log(tmp_path)
     assert re.search(r"rank 1 \(node 1, host [^,]+, pid \d+\) differs: patches not enabled there: moe-cp-compaction",
                      log), log[-3000:]  # fmt: skip
+
+
+@pytest.mark.parametrize("overlay", [False, True], ids=["upstream", "overlay"])
+def test_dp_attention_fails_in_upstream_on_this_cpu_after_the_overlay_entered_every_process(overlay, tmp_path):
+    """Recorded, not hidden: the day upstream serves DP attention on the CPU, this fails and becomes a serving test."""
+    config = tensor_parallel(ServerConfig(overlay=overlay, extra_args=DP_ATTENTION))
+    with pytest.raises(ServerStartError):
+        start_server(config, tmp_path, build_tiny_model(), 300)
+    (log_path,) = tmp_path.glob("*.log")
+    log = log_path.read_text(encoding="utf-8", errors="replace")
+    assert UPSTREAM_DP_FAILURE in log, log[-3000:]
+    roles = re.findall(r"sglang-overlay: active pid=\d+ role=(\S+)", log)
+    if overlay:
+        assert "data_parallel_controller" in roles and roles.count("scheduler") == 2, roles
+        assert len(re.findall(r"cluster of 2 ranks consistent", log)) == 2, log[-3000:]
+    else:
+        assert roles == [], roles
