@@ -12,8 +12,9 @@ Anthropic ``/v1/messages`` request with raw httpx and classifies what the client
 ``greedy_texts(url)`` gives each of a few prompts' greedy completion, to compare two servers' outputs.
 
 ``QueueFiller`` occupies every running slot and the one waiting slot of a server launched with
-``ABORT_FLAGS`` (``--max-running-requests 2 --max-queued-requests 1``), so that the next request meets
-upstream's real "queue full" abort (``Scheduler._abort_on_queued_limit``, managers/scheduler.py:3258-3297).
+``ABORT_FLAGS`` (``--max-running-requests 2 --max-queued-requests 1``), as the scheduler's own counts show
+(``/v1/loads``), so that the next request meets upstream's real "queue full" abort
+(``Scheduler._abort_on_queued_limit``, managers/scheduler.py:3258-3297).
 Cost: a handful of HTTP requests; the blockers decode until ``SGLANG_REQ_RUNNING_TIMEOUT`` or ``release()``.
 """
 
@@ -171,13 +172,17 @@ class QueueLost(RuntimeError):
 
 
 class QueueFiller:
-    """Occupy ``running`` slots (streams that have produced a token) and ``queued`` waiting slots."""
+    """Occupy ``running`` slots and ``queued`` waiting slots with blockers the scheduler is seen holding.
+
+    The blockers do not stream: a streamed blocker's end reached this process only after it had parsed the
+    thousands of token events before it (800 tokens/s on 2 cores), seconds after the scheduler had freed
+    the slot, so ``still_full()`` said "full" for a request that had been admitted (CI, stop 24's rehearsal).
+    A non-streamed blocker's response ends when the scheduler ends it."""
 
     def __init__(self, url: str, running: int = 2, queued: int = 1, max_new_tokens: int = 3500):
         self.url, self.running, self.queued, self.max_new_tokens = url, running, queued, max_new_tokens
         self.rids = [f"e2e-filler-{uuid.uuid4().hex[:8]}-{i}" for i in range(running + queued)]
         self._threads: list[threading.Thread] = []
-        self._started = [threading.Event() for _ in self.rids]
         self.finished = [threading.Event() for _ in self.rids]
 
     def _run(self, i: int) -> None:
@@ -185,32 +190,30 @@ class QueueFiller:
             "rid": self.rids[i],
             "text": f"filler {i}: Natalia sold clips",
             "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True},
-            "stream": True,
         }
         try:
-            with httpx.stream("POST", self.url + "/generate", json=body, timeout=120) as resp:
-                for _ in resp.iter_lines():
-                    self._started[i].set()
+            httpx.post(self.url + "/generate", json=body, timeout=120)
         except httpx.HTTPError:
             pass
         finally:
-            self._started[i].set()
             self.finished[i].set()
+
+    def _wait_until(self, key: str, count: int, what: str) -> None:
+        deadline = time.monotonic() + 30
+        while server_load(self.url)[key] < count:
+            if not self.still_full() or time.monotonic() > deadline:
+                self.release()
+                raise QueueLost(f"{what} never held {count}: {server_load(self.url)}")
+            time.sleep(0.02)
 
     def __enter__(self) -> "QueueFiller":
         for i in range(len(self.rids)):
             t = threading.Thread(target=self._run, args=(i,), daemon=True)
             t.start()
             self._threads.append(t)
-            if i < self.running:
-                if not self._started[i].wait(60):
-                    raise TimeoutError("a blocker produced no token in 60 s")
-        deadline = time.monotonic() + 30
-        while server_load(self.url)["queued"] < self.queued:
-            if not self.still_full() or time.monotonic() > deadline:
-                self.release()
-                raise QueueLost(f"the waiting queue never held {self.queued}: {server_load(self.url)}")
-            time.sleep(0.05)
+            if i < self.running:  # one at a time: two arriving together would meet the queue limit themselves
+                self._wait_until("running", i + 1, "the running batch")
+        self._wait_until("queued", self.queued, "the waiting queue")
         return self
 
     def still_full(self) -> bool:
