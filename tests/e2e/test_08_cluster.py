@@ -29,7 +29,13 @@ from tests.support.real_server.aborts import fire, judge
 from tests.support.real_server.cluster import node0_log, tensor_parallel, two_nodes
 from tests.support.real_server.model import build_tiny_model
 from tests.support.real_server.probes import greedy_texts
-from tests.support.real_server.server import ServerConfig, ServerStartError, run_status, start_server
+from tests.support.real_server.server import (
+    ServerConfig,
+    ServerStartError,
+    free_port_block,
+    run_status,
+    start_server,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -144,7 +150,8 @@ def test_a_node_with_a_patch_disabled_is_refused_naming_the_patch(tmp_path):
 @pytest.mark.parametrize("overlay", [False, True], ids=["upstream", "overlay"])
 def test_dp_attention_fails_in_upstream_on_this_cpu_after_the_overlay_entered_every_process(overlay, tmp_path):
     """Recorded, not hidden: the day upstream serves DP attention on the CPU, this fails and becomes a serving test."""
-    config = tensor_parallel(ServerConfig(overlay=overlay, extra_args=DP_ATTENTION))
+    dist = ("--dist-init-addr", f"127.0.0.1:{free_port_block(8)}")  # its ZMQ ports follow this one, not --port
+    config = tensor_parallel(ServerConfig(overlay=overlay, extra_args=DP_ATTENTION + dist))
     with pytest.raises(ServerStartError):
         start_server(config, tmp_path, build_tiny_model(), 300)
     (log_path,) = tmp_path.glob("*.log")

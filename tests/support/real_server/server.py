@@ -28,6 +28,7 @@ Cost: a launch is 20-40 s to ready on 2 warm cores (90-120 s cold); polling is o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -185,6 +186,23 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_block(count: int) -> int:
+    """A port ``p`` with ``p .. p + count - 1`` all free now: SGLang derives its ZMQ ports from some ports
+    (DP attention: ``--dist-init-addr``'s port + 1 .. + 6) and waits 30 s, then fails, on a taken one."""
+    for _ in range(200):
+        base = free_port()
+        if base + count > 65535:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + count):
+                    held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return base
+    raise RuntimeError(f"no block of {count} free ports found on 127.0.0.1")
 
 
 @dataclass
