@@ -10,10 +10,11 @@ is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
   is the README's ``.venv``, reused when present), ``lock --check``, and the tiers that prove something on that
   pin. The default pin: ``ci_slow`` whole, and every real-server module that does not depend on how the overlay
   was installed (both launchers, the abort matrix, the GSM8K runner and its A/B against pristine upstream, the
-  fuzz, HiCache, two nodes on loopback; the launchers' servers are the abort matrix's too). An older
+  fuzz, HiCache, ``--tp-size 2`` and two nodes on loopback; the launchers' servers are the abort matrix's too). An older
   pin: its default tier, the part of ``ci_slow`` that depends on the release (``OLDER_PIN_CI_SLOW``: its
-  patches' code over real HTTP through upstream's routes, its targets hooked through ``load_plugins()``), and
-  the real-server module of process entry (main process, schedulers, tokenizer workers). Its HiCache hooks have
+  patches' code over real HTTP through upstream's routes, its targets hooked through ``load_plugins()``), the
+  real-server module of process entry (main process, schedulers, tokenizer workers), and the multi-rank module
+  (its own hook point of ``cluster-consistency``, ``--tp-size 2`` and two nodes). Its HiCache hooks have
   no live path on the CPU (nothing builds the page-interleaved allocator) and run in its default tier on the
   real classes; the runner, the fuzz's differential, packaging and the demo are the same code on every pin.
 - ``wheel``: what a user of the official image does (Python 3.12): a wheel and an sdist built with ``python -m
@@ -43,7 +44,9 @@ INSTALL_E2E = tuple(map(E2E, ("00_standins", "02_tokenizer_workers")))  # served
 DEFAULT_PIN_E2E = tuple(  # tests/e2e/test_07_demo.py is marked slow: the demo script, outside CI
     map(E2E, ("01_launch", "03_abort_matrix", "04_gsm8k", "05_fuzz", "06_hicache", "08_cluster"))
 )
-OLDER_PIN_E2E = (E2E("02_tokenizer_workers"),)  # process entry on the older pin: main, schedulers, workers
+# process entry on the older pin (main, schedulers, workers), and its own hook point of cluster-consistency
+# (bootstrap.init_torch_distributed) in real multi-rank servers: --tp-size 2, two nodes, DP attention
+OLDER_PIN_E2E = (E2E("02_tokenizer_workers"), E2E("08_cluster"))
 # ci_slow on an older pin: what depends on the release: its patches' code over real HTTP and real classes, its
 # targets hooked through load_plugins(), a child entered at its first target import, its own wheel's fingerprints.
 # Packaging, the CLI, the add-a-patch and rebase walks, the GSM8K runner and the plugin's refusals (on a test

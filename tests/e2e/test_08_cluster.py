@@ -12,7 +12,8 @@ two-node job (this module), and one launch per refusal.
   two-rank tensor-parallel computation, its two ranks on two nodes); the key abort cells.
 - ``--dp-size 2 --enable-dp-attention`` (``--tp-size 2``): upstream cannot serve it on this CPU, with or without the
   overlay (its torch_native attention backend lacks a method the DP-attention padding calls, in the warm-up's first
-  forward); before that, the overlay has entered the data-parallel controller and both schedulers.
+  forward); before that, the overlay has entered both schedulers, and the data-parallel controller where upstream
+  calls ``load_plugins()`` there (0.5.23; it runs no patched target, so nothing enters it on 0.5.20).
 - The patch ``cluster-consistency`` has each rank report its overlay through the job's rendezvous store:
   node 1 without the overlay (``SGLANG_PLUGINS`` naming only the CPU stand-ins) is refused naming node 1;
   node 1 with one patch disabled is refused naming the patch.
@@ -20,8 +21,10 @@ two-node job (this module), and one launch per refusal.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -158,8 +161,15 @@ def test_dp_attention_fails_in_upstream_on_this_cpu_after_the_overlay_entered_ev
     log = log_path.read_text(encoding="utf-8", errors="replace")
     assert UPSTREAM_DP_FAILURE in log, log[-3000:]
     roles = re.findall(r"sglang-overlay: active pid=\d+ role=(\S+)", log)
-    if overlay:
-        assert "data_parallel_controller" in roles and roles.count("scheduler") == 2, roles
+    if overlay:  # the DP controller runs no patched target: entered where upstream calls load_plugins() there
+        assert roles.count("scheduler") == 2, roles
+        assert ("data_parallel_controller" in roles) == _dp_controller_loads_plugins(), roles
         assert len(re.findall(r"cluster of 2 ranks consistent", log)) == 2, log[-3000:]
     else:
         assert roles == [], roles
+
+
+def _dp_controller_loads_plugins() -> bool:
+    """Whether the installed upstream calls load_plugins() in its DP controller process (0.5.23 does, 0.5.20 not)."""
+    spec = importlib.util.find_spec("sglang.srt.managers.data_parallel_controller")
+    return "load_plugins()" in Path(spec.origin).read_text(encoding="utf-8")
