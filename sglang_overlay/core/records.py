@@ -128,8 +128,8 @@ def write(pid: int, record: dict, kind: str | None = None) -> bool:
 
 
 def read(pid: int, kind: str | None = None) -> tuple[dict, float] | None:
-    """``(record, mtime)`` of ``<pid>.json`` (``<pid>.<kind>.json``), None when there is none (or it is not this user's own file).
-    Raises UntrustedFolder when the folder itself is not to be trusted."""
+    """``(record, mtime)`` of ``<pid>.json`` (``<pid>.<kind>.json``), None when there is none (or it is not
+    this user's own file). Raises UntrustedFolder when the folder itself is not to be trusted."""
     try:
         fd = open_folder(create=False)
     except FileNotFoundError:

@@ -169,18 +169,23 @@ def _remote_rows(tree) -> list[dict]:
     """One row per rank another node reported to a local rank (its ``peers`` record); local ranks are skipped."""
     here, local = socket.gethostname(), {proc.pid for proc in tree}
     rows: dict[int, dict] = {}
+    unreadable = []
     for proc in tree:
         peers = _fresh_record(proc, records.PEERS)
         if not peers:
             continue
-        per_node = max(1, int(peers.get("ranks", 1)) // max(1, int(peers.get("nnodes", 1))))
-        for key, report in (peers.get("reports") or {}).items():
-            if int(key) in rows or (report.get("host") == here and report.get("pid") in local):
-                continue
-            rows[int(key)] = _remote_row(int(key), report, (peers.get("differing") or {}).get(key) or [])
-        for rank in peers.get("missing") or ():
-            rows.setdefault(int(rank), _remote_row(int(rank), {"node": int(rank) // per_node}, None))
-    return [rows[r] for r in sorted(rows)]
+        try:
+            per_node = max(1, int(peers.get("ranks", 1)) // max(1, int(peers.get("nnodes", 1))))
+            for key, report in (peers.get("reports") or {}).items():
+                if int(key) in rows or (report.get("host") == here and report.get("pid") in local):
+                    continue
+                rows[int(key)] = _remote_row(int(key), report, (peers.get("differing") or {}).get(key) or [])
+            for rank in peers.get("missing") or ():
+                rows.setdefault(int(rank), _remote_row(int(rank), {"node": int(rank) // per_node}, None))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # another overlay version's shape
+            row = _remote_row(-1, {"host": here}, [f"unreadable peers record of pid {proc.pid}: {exc!r}"])
+            unreadable.append({**row, "rank": "?", "role": "peers", "pid": proc.pid, "ok": False})
+    return [rows[r] for r in sorted(rows)] + unreadable
 
 
 def _remote_row(rank: int, report: dict, differs: list[str] | None) -> dict:

@@ -225,6 +225,16 @@ def test_status_lists_the_ranks_other_nodes_reported_and_not_this_nodes_own(tmp_
     assert server_status._node(me, STATUS) == f"{here} (node 0)"
 
 
+def test_an_unreadable_peers_record_is_a_row_that_is_not_ok(tmp_path, monkeypatch):
+    import psutil
+
+    monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
+    me = psutil.Process()
+    records.write(me.pid, _peers(0, {"one": {"host": "b"}}), kind=records.PEERS)
+    (row,) = server_status._remote_rows([me])
+    assert row["ok"] is False and row["pid"] == me.pid and "unreadable peers record" in row["differs"][0]
+
+
 def test_a_stale_peers_record_of_an_earlier_process_is_not_believed(tmp_path, monkeypatch):
     class Proc:  # a process started after its pid's records were written: they are an earlier process's
         pid = 4242
