@@ -69,6 +69,7 @@ for _release, _changes in UPSTREAM_CHANGES.items():
 
 
 def fire(url: str, trigger: str, route: str, stream: bool) -> Outcome:
+    """Provoke ``trigger`` (upstream's own abort) with one request on ``route``; what the client saw."""
     if trigger == "priority":
         return call(url, route, stream, priority=1)
     if trigger == "running_timeout":
