@@ -130,6 +130,7 @@ def server_status(url: str) -> dict:
     listener = _listener(port)
     tree = _server_tree(listener)
     roles_with_patches = {p.role for p in discover_patches(lockfile.read_pin().version) if not p.extra}
+    peers = {proc.pid: _fresh_record(proc, records.PEERS) for proc in tree}  # what each local rank received
     rows = []
     for proc in tree:
         title = _title(proc)
@@ -143,7 +144,7 @@ def server_status(url: str) -> dict:
             "expected": expected,
             "role": role,
             "rank": rank,
-            "node": _node(proc, record),
+            "node": _node(record, peers[proc.pid]),
             "live": sorted((record or {}).get("applied", {})),
             "patches": sorted(set((record or {}).get("applied", {})) | set((record or {}).get("pending_patches", []))),
             "applied": (record or {}).get("applied", {}),
@@ -153,25 +154,25 @@ def server_status(url: str) -> dict:
         }
         row["ok"] = (record is not None and not row["skipped"]) if expected else not row["skipped"]
         rows.append(row)
-    rows += _remote_rows(tree)
+    rows += _remote_rows(tree, peers)
     return {"url": url, "port": port, "ok": all(r["ok"] for r in rows), "processes": rows}
 
 
-def _node(proc, record: dict | None) -> str:
+def _node(record: dict | None, peers: dict | None) -> str:
     """The host, and the node rank where this process is a rank that took part in a cluster exchange."""
     host = (record or {}).get("host") or socket.gethostname()
-    peers = _fresh_record(proc, records.PEERS) if record else None
-    mine = ((peers or {}).get("reports") or {}).get(str((peers or {}).get("rank")))
+    mine = ((peers or {}).get("reports") or {}).get(str((peers or {}).get("rank"))) if record else None
     return f"{host} (node {mine['node']})" if mine and mine.get("node") is not None else host
 
 
-def _remote_rows(tree) -> list[dict]:
-    """One row per rank another node reported to a local rank (its ``peers`` record); local ranks are skipped."""
+def _remote_rows(tree, received: dict) -> list[dict]:
+    """One row per rank another node reported to a local rank (``received``: pid -> its ``peers`` record);
+    local ranks are skipped."""
     here, local = socket.gethostname(), {proc.pid for proc in tree}
     rows: dict[int, dict] = {}
     unreadable = []
     for proc in tree:
-        peers = _fresh_record(proc, records.PEERS)
+        peers = received.get(proc.pid)
         if not peers:
             continue
         try:

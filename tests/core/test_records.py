@@ -213,7 +213,7 @@ def test_status_lists_the_ranks_other_nodes_reported_and_not_this_nodes_own(tmp_
     records.write(me.pid, STATUS)
     records.write(me.pid, _peers(0, reports, missing=[3], differing={"2": ["patches not enabled there: b"]}, ranks=4),
                   kind=records.PEERS)  # fmt: skip
-    rows = server_status._remote_rows([me])
+    rows = server_status._remote_rows([me], {me.pid: server_status._fresh_record(me, records.PEERS)})
     assert [(r["node"], r["rank"], r["role"], r["pid"]) for r in rows] == [
         ("node-b (node 1)", "TP1", "scheduler", 77),
         ("node-b (node 1)", "TP2", "scheduler", 78),
@@ -222,7 +222,7 @@ def test_status_lists_the_ranks_other_nodes_reported_and_not_this_nodes_own(tmp_
     assert [r["ok"] for r in rows] == [True, False, False] and rows[0]["patches"] == ["a", "b"]
     assert rows[1]["differs"] == ["patches not enabled there: b"] and rows[1]["overlay"] is True
     assert rows[2]["differs"] == ["reported no overlay state"] and rows[2]["overlay"] is False
-    assert server_status._node(me, STATUS) == f"{here} (node 0)"
+    assert server_status._node(STATUS, server_status._fresh_record(me, records.PEERS)) == f"{here} (node 0)"
 
 
 def test_an_unreadable_peers_record_is_a_row_that_is_not_ok(tmp_path, monkeypatch):
@@ -231,7 +231,7 @@ def test_an_unreadable_peers_record_is_a_row_that_is_not_ok(tmp_path, monkeypatc
     monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
     me = psutil.Process()
     records.write(me.pid, _peers(0, {"one": {"host": "b"}}), kind=records.PEERS)
-    (row,) = server_status._remote_rows([me])
+    (row,) = server_status._remote_rows([me], {me.pid: server_status._fresh_record(me, records.PEERS)})
     assert row["ok"] is False and row["pid"] == me.pid and "unreadable peers record" in row["differs"][0]
 
 
@@ -246,4 +246,4 @@ def test_a_stale_peers_record_of_an_earlier_process_is_not_believed(tmp_path, mo
     monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
     report = {"host": "node-b", "pid": 1, "node": 1, "title": "sglang::scheduler_TP1", "patches": ["a"]}
     records.write(Proc.pid, _peers(0, {"1": report}), kind=records.PEERS)
-    assert server_status._remote_rows([Proc]) == []
+    assert server_status._fresh_record(Proc, records.PEERS) is None
