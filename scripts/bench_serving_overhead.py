@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import tempfile
@@ -43,7 +42,7 @@ if str(REPO) not in sys.path:
 
 import httpx  # noqa: E402
 
-from tests.support.real_server.cluster import tensor_parallel, two_nodes  # noqa: E402
+from tests.support.real_server.cluster import cluster_checks, tensor_parallel, two_nodes  # noqa: E402
 from tests.support.real_server.model import build_tiny_model  # noqa: E402
 from tests.support.real_server.server import ServerConfig, running_server  # noqa: E402
 
@@ -111,7 +110,7 @@ def cluster_check(model: Path, log_dir: Path, rounds: int) -> list:
             with two_nodes(log_dir / f"cluster-{r}-{check}", node0=config, node1=config) as (node0, node1):
                 logs = node0.log_text() + node1.log_text()
                 ready = node0.time_to_ready
-            seconds = [float(x) for x in re.findall(r"cluster of 2 ranks consistent .*checked in ([\d.]+) s", logs)]
+            seconds = [checked[2] for checked in cluster_checks(logs)]
             runs.append({"round": r, "check": check, "time_to_ready_s": round(ready, 3), "check_s": seconds})
             print(f"two nodes, round {r}, check {'on ' if check else 'off'}: ready {ready:7.2f} s, "
                   f"check per rank {seconds} s", flush=True)  # fmt: skip

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.real_server.aborts import fire, judge
-from tests.support.real_server.cluster import node0_log, tensor_parallel, two_nodes
+from tests.support.real_server.cluster import cluster_checks, node0_log, tensor_parallel, two_nodes
 from tests.support.real_server.model import build_tiny_model
 from tests.support.real_server.probes import greedy_texts
 from tests.support.real_server.server import (
@@ -103,10 +103,9 @@ def test_equal_nodes_start_serve_and_each_rank_says_it_checked(equal_nodes, upst
     node0, node1 = equal_nodes
     assert greedy_texts(node0.url) == upstream_texts
     logs = {"node 0": node0.log_text(), "node 1": node1.log_text()}
-    checked = {name: re.findall(r"cluster of 2 ranks consistent \(rank (\d), node (\d); checked in ([\d.]+) s\)", log)
-               for name, log in logs.items()}  # fmt: skip
-    assert checked["node 0"][0][:2] == ("0", "0") and checked["node 1"][0][:2] == ("1", "1"), checked
-    seconds = [float(found[0][2]) for found in checked.values()]  # a figure for the record, not an assertion
+    checked = {name: cluster_checks(log) for name, log in logs.items()}
+    assert checked["node 0"][0][:2] == (0, 0) and checked["node 1"][0][:2] == (1, 1), checked
+    seconds = [found[0][2] for found in checked.values()]  # a figure for the record, not an assertion
     print(f"cluster check: {seconds} s per rank; node 0 ready in {node0.time_to_ready:.1f} s")
 
 

@@ -15,6 +15,7 @@ Invariant: both launches are stopped whole on exit, whatever happened. Cost: abo
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import uuid
 from contextlib import contextmanager
@@ -70,6 +71,14 @@ def two_nodes(log_dir: Path, node0: ServerConfig = ServerConfig(), node1: Server
         if first is not None:
             first.stop()
         second.stop()
+
+
+CHECKED = re.compile(r"cluster of \d+ ranks consistent \(rank (\d+), node (\d+); checked in ([\d.]+) s\)")
+
+
+def cluster_checks(log: str) -> list[tuple[int, int, float]]:
+    """(rank, node, seconds) of each ``cluster-consistency`` INFO line in a launch's log."""
+    return [(int(rank), int(node), float(sec)) for rank, node, sec in CHECKED.findall(log)]
 
 
 def node0_log(log_dir: Path) -> str:
