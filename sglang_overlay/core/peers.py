@@ -80,12 +80,14 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Peers:
-    """What one rank keeps: its rank, node and digest, and the job's verdict."""
+    """What one rank keeps: its rank, node and digest, the job's verdict, and what the check cost it."""
 
     rank: int
     node: int
     digest: str
     verdict: Verdict
+    wall_ms: float = 0.0  # what the check cost this rank (its share of the process's start-up)
+    cpu_ms: float = 0.0
 
 
 def verdict_to_json(verdict: Verdict) -> dict:
@@ -124,7 +126,8 @@ def parse(raw: dict) -> Peers:
     """A kept record; ValueError (or KeyError/TypeError) when it has another shape (another overlay version)."""
     if raw.get("schema") != SCHEMA:
         raise ValueError(f"peers schema {raw.get('schema')!r}, this overlay reads {SCHEMA}")
-    return Peers(int(raw["rank"]), int(raw["node"]), str(raw["digest"]), verdict_from_json(raw["verdict"]))
+    return Peers(int(raw["rank"]), int(raw["node"]), str(raw["digest"]), verdict_from_json(raw["verdict"]),
+                 float(raw.get("wall_ms", 0.0)), float(raw.get("cpu_ms", 0.0)))  # fmt: skip
 
 
 def keep(pid: int, found: Peers) -> bool:

@@ -153,6 +153,7 @@ def server_status(url: str) -> dict:
             "pending_modules": (record or {}).get("pending_modules", []),
             "skipped": (record or {}).get("skipped", {}),
             "overlay_file": (record or {}).get("overlay_file"),
+            "startup": _startup(record, found.get(proc.pid)),
         }
         row["ok"] = (record is not None and not row["skipped"]) if expected else not row["skipped"]
         rows.append(row)
@@ -165,6 +166,14 @@ def _node(record: dict | None, found: peers.Peers | None) -> str:
     """The host, and the node rank where this process is a rank that took part in a cluster check."""
     host = (record or {}).get("host") or socket.gethostname()
     return f"{host} (node {found.node})" if record and found else host
+
+
+def _startup(record: dict | None, found: peers.Peers | None) -> dict:
+    """What the overlay cost this process at start-up (``core.startup_cost``), the cluster check included."""
+    cost = dict((record or {}).get("startup") or {})
+    if found is not None:
+        cost["cluster_check"] = {"count": 1, "wall_ms": found.wall_ms, "cpu_ms": found.cpu_ms, "modules": 0}
+    return cost
 
 
 def _parsed(raw: dict) -> tuple[dict, list[dict]]:

@@ -64,7 +64,7 @@ def check_cluster(node_rank: int, nnodes: int, group=None, wait_s: float | None 
         return {"ranks": 1, "missing": [], "differing": {}}
     store, rank, world = group
     wait_s = WAIT_S.read() if wait_s is None else wait_s
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     mine = local_state(node_rank) if report is None else report
     store.append(ARRIVALS, arrival(mine, rank))
     if store.add(ARRIVED, 1) == world:
@@ -78,7 +78,8 @@ def check_cluster(node_rank: int, nnodes: int, group=None, wait_s: float | None 
         "seconds": time.perf_counter() - started,
         "verdict": verdict,
     }
-    _keep_for_status(Peers(rank, node_rank, digest(mine), verdict))
+    cost = (round(found["seconds"] * 1e3, 2), round((time.process_time() - cpu) * 1e3, 2))
+    _keep_for_status(Peers(rank, node_rank, digest(mine), verdict, *cost))
     if not verdict.ok:
         message = refusal(verdict, mine, rank, digest(mine))
         if settings.strict():
