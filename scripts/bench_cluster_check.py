@@ -123,11 +123,13 @@ def _threads(port: int, ranks: list[int], args: dict, out) -> None:
         raw.add("ready", 1)
         raw.wait(["go"], timedelta(seconds=300))
         client, message = Counted(raw), None
+        _VERDICT_AT.t = None
         try:
             check(node, max(1, world // per_node), (client, r, world), args["wait"], local.report)
         except OverlayError as exc:
             message = str(exc)
-        results.append((r, sum(client.ops.values()), dict(client.ops), time.time(), message))
+        at = _VERDICT_AT.t or time.time()  # the old exchange keeps its record otherwise: its return then
+        results.append((r, sum(client.ops.values()), dict(client.ops), at, message))
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in ranks]
     for t in threads:
@@ -137,14 +139,19 @@ def _threads(port: int, ranks: list[int], args: dict, out) -> None:
     out.put(results)
 
 
+_VERDICT_AT = threading.local()  # when this thread's rank had its verdict (the moment it goes to keep it)
+
+
 def _one_writer_at_a_time():
     """Ranks here are threads sharing one pid, so one peers record: its writes take turns (one rank per process
-    in a job writes its own). Returns what puts it back."""
+    in a job writes its own file, in parallel), and a rank's verdict time is taken before its turn. Returns what
+    puts it back."""
     from sglang_overlay.core import peers
 
     keep, lock = peers.keep, threading.Lock()
 
     def serialised(*a, **kw):
+        _VERDICT_AT.t = time.time()
         with lock:
             return keep(*a, **kw)
 

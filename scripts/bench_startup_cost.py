@@ -31,7 +31,7 @@ from tests.support.real_server.model import build_tiny_model  # noqa: E402
 from tests.support.real_server.server import ServerConfig, running_server  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
-from bench_common import write_json  # noqa: E402
+from bench_common import add_output_flags, write_json  # noqa: E402
 
 STEPS = ("import", "apply", "hooks", "cluster_check")
 
@@ -71,8 +71,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tp-size", type=int, default=2, help="ranks of the server, one core each")
     ap.add_argument("--launches", type=int, default=3, help="launches (the medians are over them)")
-    ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON to FILE")
+    add_output_flags(ap, "one launch", png=None)
     args = ap.parse_args(argv)
+    args.launches = 1 if args.quick else args.launches
     model, log_dir = build_tiny_model(), Path(tempfile.mkdtemp(prefix="startup-cost-"))
     launches = [one_launch(args.tp_size, log_dir / f"launch-{i}", model) for i in range(args.launches)]
     rows = summarise(launches)
