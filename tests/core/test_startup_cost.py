@@ -24,7 +24,8 @@ def test_a_fresh_process_keeps_its_import_and_apply_cost_in_its_record(tmp_path)
     """In a fresh interpreter, as SGLang's load_plugins() enters the overlay: the record holds both steps."""
     code = (
         "import json; from sglang_overlay import plugin; plugin.load();"
-        "from sglang_overlay.core import hooking; print(json.dumps(hooking.status()['startup']))"
+        "import os; from sglang_overlay.core import processes;"
+        "print(json.dumps(processes.read_record(os.getpid())['startup']))"
     )
     env = {**subprocess_env(), "SGLANG_OVERLAY_STATUS_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
