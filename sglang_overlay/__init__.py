@@ -5,7 +5,11 @@ point ``sglang_overlay`` in ``sglang.srt.plugins``), or by an explicit :func:`ap
 SGLang without its launcher.
 """
 
-from sglang_overlay.version import __version__
+from sglang_overlay.core import startup_cost
+
+startup_cost.begin()  # the overlay's own start-up cost is counted from here (``core.startup_cost``)
+
+from sglang_overlay.version import __version__  # noqa: E402
 
 
 def apply(lock_path=None) -> dict:

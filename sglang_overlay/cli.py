@@ -195,7 +195,7 @@ def run_status(url: str, as_json: bool) -> int:
     console.print("('-': the process runs no patched target; a target's module not imported there is not live)")
     remote = [r for r in report["processes"] if r.get("remote")]
     if remote:
-        console.print("(*: a rank of another node, as it reported itself at start-up: its enabled patches)")
+        console.print("(*: another node's ranks, as they reported at start-up: the patches they enabled)")
     for r in remote:
         if r["differs"]:
             console.print(f"[red]{r['node']} {r['rank']}: {'; '.join(r['differs'])}[/]")

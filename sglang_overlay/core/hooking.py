@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from sglang_overlay.core import lockfile, processes, settings
+from sglang_overlay.core import lockfile, processes, settings, startup_cost
 from sglang_overlay.core.introspection import raw_attribute, resolve_owner, unwrap_descriptor
 from sglang_overlay.core.registry import Patch, Target
 from sglang_overlay.core.verify import make_plan, process_hook_problem
@@ -70,6 +70,7 @@ def status() -> dict:
             "pending_patches": sorted({p.id for items in _STATE.pending.values() for p, _ in items}),
             "skipped": dict(_STATE.skipped),
             "apply_s": _STATE.apply_s,
+            "startup": startup_cost.snapshot(),
         }
 
 
@@ -158,7 +159,7 @@ def _fail(patch_id: str, message: str) -> None:
 
 def _apply_module(module: str) -> None:
     """Hook every pending target of ``module`` (now executed)."""
-    with _LOCK:
+    with _LOCK, startup_cost.span("hooks"):  # a target's module just imported: its hooks
         items = _STATE.pending.pop(module, [])
         for patch, target in items:
             if patch.id in _STATE.skipped:
@@ -229,7 +230,8 @@ def apply(lock_path=None, role: str | None = None, announce: bool = True) -> dic
         if not _STATE.started:
             started = time.perf_counter()
             try:
-                _apply_unlocked(lock_path, role)
+                with startup_cost.span("apply"):  # the lock, verification, the hooks of imported targets
+                    _apply_unlocked(lock_path, role)
             finally:
                 _STATE.apply_s = time.perf_counter() - started
         current = status()

@@ -129,6 +129,7 @@ def write_record(status: dict) -> None:
         "pending_patches": status["pending_patches"],
         "skipped": status["skipped"],
         "overlay_file": str(Path(__file__).resolve().parents[1]),
+        "startup": status.get("startup", {}),  # what the overlay cost this process so far (core.startup_cost)
     }
     with _WRITE_LOCK:
         if _LAST_WRITTEN.get(os.getpid()) == record and records.exists(os.getpid()):

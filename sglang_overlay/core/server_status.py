@@ -11,10 +11,11 @@ A process is *expected* to carry the overlay when it runs patched code: the HTTP
 main process and tokenizer workers (http-role patches), schedulers (scheduler-role
 patches). An expected process without a record, or with a skipped patch, makes the
 answer not OK. Processes that run no patched target (detokenizer, DP controller,
-helpers) are listed as such. The records are files on this host; the ranks of other nodes come from
-what a local rank received from them at start-up (its ``peers`` record, written by a patch that exchanges
-reports, e.g. through the job's rendezvous store): one row per remote rank, with the patches it reported
-enabled (what is live there is not known here), and a rank that reported nothing or differently is not OK.
+helpers) are listed as such. The records are files on this host; the other nodes come from the verdict a local
+rank received at start-up (its ``peers`` record, ``core.peers``, written by a patch that checks the cluster
+through the job's rendezvous store): one row per other node (its ranks, with the patches they reported enabled;
+what is live there is not known here), and one row per rank that reported nothing or differently (not OK).
+``--json`` adds the whole verdict (``cluster``).
 
 Records are read only from this user's own private folder (``core.records``); another folder is refused
 (``RecordsUntrusted``), so records another local user planted are never reported. ``live`` is the patches
@@ -32,7 +33,8 @@ import re
 import socket
 from urllib.parse import urlparse
 
-from sglang_overlay.core import lockfile, records
+from sglang_overlay.core import lockfile, peers, records
+from sglang_overlay.core.peers import from_ranges
 from sglang_overlay.core.registry import discover_patches
 
 _TITLE_ROLES = (("scheduler", "scheduler"), ("tokenizer_worker", "http"))  # title prefix -> patch role
@@ -130,7 +132,7 @@ def server_status(url: str) -> dict:
     listener = _listener(port)
     tree = _server_tree(listener)
     roles_with_patches = {p.role for p in discover_patches(lockfile.read_pin().version) if not p.extra}
-    peers = {proc.pid: _fresh_record(proc, records.PEERS) for proc in tree}  # what each local rank received
+    found, unreadable = _parsed({proc.pid: _fresh_record(proc, records.PEERS) for proc in tree})
     rows = []
     for proc in tree:
         title = _title(proc)
@@ -144,70 +146,101 @@ def server_status(url: str) -> dict:
             "expected": expected,
             "role": role,
             "rank": rank,
-            "node": _node(record, peers[proc.pid]),
+            "node": _node(record, found.get(proc.pid)),
             "live": sorted((record or {}).get("applied", {})),
             "patches": sorted(set((record or {}).get("applied", {})) | set((record or {}).get("pending_patches", []))),
             "applied": (record or {}).get("applied", {}),
             "pending_modules": (record or {}).get("pending_modules", []),
             "skipped": (record or {}).get("skipped", {}),
             "overlay_file": (record or {}).get("overlay_file"),
+            "startup": _startup(record, found.get(proc.pid)),
         }
         row["ok"] = (record is not None and not row["skipped"]) if expected else not row["skipped"]
         rows.append(row)
-    rows += _remote_rows(tree, peers)
-    return {"url": url, "port": port, "ok": all(r["ok"] for r in rows), "processes": rows}
+    rows += _cluster_rows(found) + unreadable
+    cluster = peers.to_json(next(iter(found.values()))) if found else None  # the whole verdict, for tools
+    return {"url": url, "port": port, "ok": all(r["ok"] for r in rows), "processes": rows, "cluster": cluster}
 
 
-def _node(record: dict | None, peers: dict | None) -> str:
-    """The host, and the node rank where this process is a rank that took part in a cluster exchange."""
+def _node(record: dict | None, found: peers.Peers | None) -> str:
+    """The host, and the node rank where this process is a rank that took part in a cluster check."""
     host = (record or {}).get("host") or socket.gethostname()
-    mine = ((peers or {}).get("reports") or {}).get(str((peers or {}).get("rank"))) if record else None
-    return f"{host} (node {mine['node']})" if mine and mine.get("node") is not None else host
+    return f"{host} (node {found.node})" if record and found else host
 
 
-def _remote_rows(tree, received: dict) -> list[dict]:
-    """One row per rank another node reported to a local rank (``received``: pid -> its ``peers`` record);
-    local ranks are skipped."""
-    here, local = socket.gethostname(), {proc.pid for proc in tree}
-    rows: dict[int, dict] = {}
-    unreadable = []
-    for proc in tree:
-        peers = received.get(proc.pid)
-        if not peers:
+def _startup(record: dict | None, found: peers.Peers | None) -> dict:
+    """What the overlay cost this process at start-up (``core.startup_cost``), the cluster check included."""
+    cost = dict((record or {}).get("startup") or {})
+    if found is not None:
+        cost["cluster_check"] = {"count": 1, "wall_ms": found.wall_ms, "cpu_ms": found.cpu_ms, "modules": 0}
+    return cost
+
+
+def _parsed(raw: dict) -> tuple[dict, list[dict]]:
+    """pid -> its parsed peers record, and one row that is not OK per record of another shape."""
+    found, unreadable = {}, []
+    for pid, record in raw.items():
+        if not record:
             continue
         try:
-            per_node = max(1, int(peers.get("ranks", 1)) // max(1, int(peers.get("nnodes", 1))))
-            for key, report in (peers.get("reports") or {}).items():
-                if int(key) in rows or (report.get("host") == here and report.get("pid") in local):
-                    continue
-                rows[int(key)] = _remote_row(int(key), report, (peers.get("differing") or {}).get(key) or [])
-            for rank in peers.get("missing") or ():
-                rows.setdefault(int(rank), _remote_row(int(rank), {"node": int(rank) // per_node}, None))
+            found[pid] = peers.parse(record)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:  # another overlay version's shape
-            row = _remote_row(-1, {"host": here}, [f"unreadable peers record of pid {proc.pid}: {exc!r}"])
-            unreadable.append({**row, "rank": "?", "role": "peers", "pid": proc.pid, "ok": False})
-    return [rows[r] for r in sorted(rows)] + unreadable
+            unreadable.append({**_row(f"{socket.gethostname()} (node ?)", "?", "peers", pid, True, [],
+                                      [f"unreadable peers record of pid {pid}: {exc!r}"]), "ok": False})  # fmt: skip
+    return found, unreadable
 
 
-def _remote_row(rank: int, report: dict, differs: list[str] | None) -> dict:
-    """A rank of another node as it reported itself (``differs`` None: it reported nothing)."""
-    role, ranked = _role_and_rank(report.get("title") or "", None, False)
-    host = report.get("host", "?")
+def _cluster_rows(found: dict) -> list[dict]:
+    """From the verdict a local rank kept: one row per other node (its ranks, the same or not), then one row per
+    rank that reported nothing or differs (on any node)."""
+    if not found:
+        return []
+    here = next(iter(found.values()))
+    verdict = here.verdict
+    bad: dict[int, list[str]] = {}
+    for g in verdict.missing:
+        bad.setdefault(g.node, []).append(f"ranks {g.ranks} reported no overlay state")
+    for g in verdict.differing:
+        bad.setdefault(g.node, []).append(f"ranks {g.ranks} differ: {'; '.join(g.differs)}")
+    hosts = {g.node: g.host for g in verdict.nodes}
+    reported = {g.node: g.ranks for g in verdict.nodes}
+    pids = {g.node: g.pid for g in verdict.nodes}
+    rows = []
+    for node in sorted(set(reported) | set(bad)):
+        if node == here.node:
+            continue
+        label = f"ranks {reported[node]}" if node in reported else "-"
+        patches = list(verdict.patches) if node in reported else []
+        rows.append(_row(f"{hosts.get(node, '?')} (node {node})", label, "node", pids.get(node), node in reported, patches,
+                         bad.get(node, [])))  # fmt: skip
+    for g in verdict.missing:
+        rows += [_row(f"{g.host} (node {g.node})", f"rank{r}", "rank", None, False, [], ["reported no overlay state"])
+                 for r in from_ranges(g.ranks)]  # fmt: skip
+    for g in verdict.differing:
+        rows += [_row(f"{g.host} (node {g.node})", f"rank{r}", "rank", g.pid, True, [], list(g.differs))
+                 for r in from_ranges(g.ranks)]  # fmt: skip
+    if verdict.more:
+        rows.append(_row("?", "-", "rank", None, True, [], [f"{verdict.more} more groups differ or are missing"]))
+    return rows
+
+
+def _row(node: str, rank: str, role: str, pid, overlay: bool, patches: list, differs: list[str]) -> dict:
+    """A row of another node or rank, as the verdict a local rank received says (``differs`` empty: the same)."""
     return {
-        "pid": report.get("pid"),
-        "title": report.get("title") or "",
-        "overlay": differs is not None,
+        "pid": pid,
+        "title": "",
+        "overlay": overlay,
         "expected": True,
         "remote": True,
-        "role": role if report.get("title") else "rank",
-        "rank": ranked if ranked != "-" else f"rank{rank}",
-        "node": f"{host} (node {report['node']})" if report.get("node") is not None else host,
+        "role": role,
+        "rank": rank,
+        "node": node,
         "live": [],
-        "patches": sorted(report.get("patches") or ()),
+        "patches": sorted(patches),
         "applied": {},
         "pending_modules": [],
         "skipped": {},
-        "differs": ["reported no overlay state"] if differs is None else differs,
+        "differs": differs,
         "overlay_file": None,
-        "ok": differs == [],
+        "ok": not differs,
     }

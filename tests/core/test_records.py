@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_overlay.core import processes, records, server_status
+from sglang_overlay.core import peers, processes, records, server_status
 
 ROOT = os.geteuid() == 0
 as_root = pytest.mark.skipif(not ROOT, reason="playing another local user needs root (CI and sessions run as root)")
@@ -193,36 +193,41 @@ def test_a_record_of_another_kind_lives_beside_the_process_record(tmp_path, monk
         records.write(os.getpid(), {}, kind="../x")
 
 
-def _peers(rank: int, reports: dict, missing=(), differing=None, nnodes: int = 2, ranks: int = 2) -> dict:
-    return {"rank": rank, "nnodes": nnodes, "ranks": ranks, "reports": reports, "missing": list(missing),
-            "differing": differing or {}}  # fmt: skip
+def _peers(node: int, *groups, missing=(), differing=(), nnodes: int = 2, ranks: int = 2) -> dict:
+    verdict = peers.Verdict(ranks, nnodes, "d", ("a", "b"), 20.0, tuple(groups), tuple(missing), tuple(differing))
+    return peers.to_json(peers.Peers(0, node, "d", verdict))
 
 
-def test_status_lists_the_ranks_other_nodes_reported_and_not_this_nodes_own(tmp_path, monkeypatch):
-    """A local rank's peers record (what the other ranks reported to it) gives one row per remote rank."""
+def test_status_lists_each_other_node_once_and_each_missing_or_differing_rank(tmp_path, monkeypatch):
+    """A local rank's peers record (the job's verdict) gives one row per other node, and one per bad rank."""
     import psutil
 
     monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
     me = psutil.Process()
     here = socket.gethostname()
-    reports = {
-        "0": {"host": here, "pid": me.pid, "node": 0, "title": "sglang::scheduler_TP0", "patches": ["a", "b"]},
-        "1": {"host": "node-b", "pid": 77, "node": 1, "title": "sglang::scheduler_TP1", "patches": ["b", "a"]},
-        "2": {"host": "node-b", "pid": 78, "node": 1, "title": "sglang::scheduler_TP2", "patches": ["a"]},
-    }
+    nodes = (peers.Group("0-7", 0, here), peers.Group("8-15", 1, "node-b"), peers.Group("16-22", 2, "node-c"))
+    bad = peers.Group("20", 2, "node-c", 78, ("patches not enabled there: b",))
+    gone = peers.Group("23", 2, "node-c")
     records.write(me.pid, STATUS)
-    records.write(me.pid, _peers(0, reports, missing=[3], differing={"2": ["patches not enabled there: b"]}, ranks=4),
-                  kind=records.PEERS)  # fmt: skip
-    rows = server_status._remote_rows([me], {me.pid: server_status._fresh_record(me, records.PEERS)})
-    assert [(r["node"], r["rank"], r["role"], r["pid"]) for r in rows] == [
-        ("node-b (node 1)", "TP1", "scheduler", 77),
-        ("node-b (node 1)", "TP2", "scheduler", 78),
-        ("? (node 1)", "rank3", "rank", None),
+    records.write(me.pid, _peers(0, *nodes, missing=[gone], differing=[bad], nnodes=3, ranks=24), kind=records.PEERS)
+    found, unreadable = server_status._parsed({me.pid: server_status._fresh_record(me, records.PEERS)})
+    rows = server_status._cluster_rows(found)
+    assert unreadable == [] and [(r["node"], r["rank"], r["role"], r["pid"], r["ok"]) for r in rows] == [
+        ("node-b (node 1)", "ranks 8-15", "node", None, True),
+        ("node-c (node 2)", "ranks 16-22", "node", None, False),
+        ("node-c (node 2)", "rank23", "rank", None, False),
+        ("node-c (node 2)", "rank20", "rank", 78, False),
     ]
-    assert [r["ok"] for r in rows] == [True, False, False] and rows[0]["patches"] == ["a", "b"]
-    assert rows[1]["differs"] == ["patches not enabled there: b"] and rows[1]["overlay"] is True
-    assert rows[2]["differs"] == ["reported no overlay state"] and rows[2]["overlay"] is False
-    assert server_status._node(STATUS, server_status._fresh_record(me, records.PEERS)) == f"{here} (node 0)"
+    assert rows[0]["patches"] == ["a", "b"] and rows[1]["differs"] == [
+        "ranks 23 reported no overlay state", "ranks 20 differ: patches not enabled there: b"]  # fmt: skip
+    assert rows[2]["overlay"] is False and rows[3]["differs"] == ["patches not enabled there: b"]
+    assert server_status._node(STATUS, found[me.pid]) == f"{here} (node 0)"
+
+
+def test_a_record_stays_the_same_size_whatever_the_number_of_ranks_per_node(tmp_path, monkeypatch):
+    sizes = [len(json.dumps(_peers(0, peers.Group(f"0-{n - 1}", 0), peers.Group(f"{n}-{2 * n - 1}", 1), ranks=2 * n)))
+             for n in (1, 8, 512)]  # fmt: skip
+    assert max(sizes) - min(sizes) <= 12  # the digits of the ranges and the count, nothing per rank
 
 
 def test_an_unreadable_peers_record_is_a_row_that_is_not_ok(tmp_path, monkeypatch):
@@ -230,9 +235,12 @@ def test_an_unreadable_peers_record_is_a_row_that_is_not_ok(tmp_path, monkeypatc
 
     monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
     me = psutil.Process()
-    records.write(me.pid, _peers(0, {"one": {"host": "b"}}), kind=records.PEERS)
-    (row,) = server_status._remote_rows([me], {me.pid: server_status._fresh_record(me, records.PEERS)})
-    assert row["ok"] is False and row["pid"] == me.pid and "unreadable peers record" in row["differs"][0]
+    old = {"rank": 0, "nnodes": 2, "ranks": 2, "reports": {"one": {"host": "b"}}, "missing": [], "differing": {}}
+    records.write(me.pid, old, kind=records.PEERS)  # the O(N^2) exchange's shape
+    found, (row,) = server_status._parsed({me.pid: server_status._fresh_record(me, records.PEERS)})
+    assert (
+        found == {} and row["ok"] is False and row["pid"] == me.pid and "unreadable peers record" in row["differs"][0]
+    )
 
 
 def test_a_stale_peers_record_of_an_earlier_process_is_not_believed(tmp_path, monkeypatch):
@@ -244,6 +252,5 @@ def test_a_stale_peers_record_of_an_earlier_process_is_not_believed(tmp_path, mo
             return time.time() + 60
 
     monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
-    report = {"host": "node-b", "pid": 1, "node": 1, "title": "sglang::scheduler_TP1", "patches": ["a"]}
-    records.write(Proc.pid, _peers(0, {"1": report}), kind=records.PEERS)
+    records.write(Proc.pid, _peers(0, peers.Group("1", 1, "node-b")), kind=records.PEERS)
     assert server_status._fresh_record(Proc, records.PEERS) is None

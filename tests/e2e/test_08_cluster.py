@@ -121,13 +121,14 @@ def test_status_on_node_0_lists_the_rank_of_node_1(equal_nodes):
     remote = [p for p in report["processes"] if p.get("remote")]
     assert report["code"] == 0 and report["ok"], report
     assert [(p["rank"], p["role"], p["node"].endswith("(node 1)"), p["ok"]) for p in remote] == [
-        ("TP1", "scheduler", True, True)
-    ], remote
+        ("ranks 1", "node", True, True)
+    ], remote  # one row per other node, with its ranks
     assert remote[0]["pid"] in {p.pid for p in node1.processes()}  # node 1's own scheduler, as it reported
+    assert report["cluster"]["verdict"]["ranks"] == 2 and report["cluster"]["node"] == 0  # the whole verdict
     assert "cluster-consistency" in remote[0]["patches"]
     table = run_status(node0.url)
     assert max(map(len, table.stdout.splitlines())) <= 100, table.stdout
-    assert re.search(r"│ \S+ \(node 1\)\s*│ TP1\s*│ scheduler", table.stdout), table.stdout
+    assert re.search(r"│ \S+ \(node 1\)\s*│ ranks 1\s*│ node", table.stdout), table.stdout
 
 
 def test_a_node_without_the_overlay_is_refused_naming_it(tmp_path):

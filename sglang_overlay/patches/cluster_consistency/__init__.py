@@ -1,7 +1,8 @@
 """Patch cluster-consistency: every rank of every node runs the same overlay, or the job does not start.
 
 Root (every release): ``state.py`` (what a rank reports, and how two reports differ), ``exchange.py`` (the
-reports through the job's own rendezvous store, a bounded wait, the refusal), ``settings.py`` (its knob).
+reports through the job's own rendezvous store: O(N) requests per job, a bounded wait), ``verdict.py`` (the one
+verdict every rank receives, and the refusal), ``settings.py`` (its knob).
 Release folders (where the process group exists): ``torch_distributed/`` (< 0.5.23) and ``parallel_runtime/``
 (>= 0.5.23). Description and exit condition: ``patches/cluster-consistency.md``.
 """

@@ -4,7 +4,6 @@ for a rank of "another node". No process group exists here: the exchange needs n
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 
@@ -14,6 +13,7 @@ import torch.distributed as dist
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.patches.cluster_consistency import exchange
 from sglang_overlay.patches.cluster_consistency.state import COMPARED, differences, local_state
+from sglang_overlay.patches.cluster_consistency.verdict import arrival, digest
 
 
 @pytest.fixture(autouse=True)
@@ -61,8 +61,10 @@ def test_a_rank_that_never_reports_is_named_after_a_bounded_wait():
 
 
 def _other_node(store, rank: int, **changes) -> dict:
+    """A rank of another node that went through its own exchange up to its wait: appended, counted."""
     report = {**local_state(1), "host": "node-b", "pid": 4242, **changes}
-    store.set(exchange.KEY.format(rank), json.dumps(report))
+    store.append(exchange.ARRIVALS, arrival(report, rank))
+    store.add(exchange.ARRIVED, 1)
     return report
 
 
@@ -121,17 +123,22 @@ def test_the_hook_returns_upstreams_result_unchanged():
 
 
 def test_what_a_rank_received_is_kept_for_status_and_removed_at_exit(records_here, monkeypatch):
-    """The peers record beside this process's record: every rank's report as received, and what differed."""
+    """The peers record beside this process's record: the verdict and this rank's digest, not every report."""
     import os
 
-    from sglang_overlay.core import records
+    from sglang_overlay.core import peers, records
 
     monkeypatch.setenv("SGLANG_OVERLAY_STRICT", "0")
     store = dist.HashStore()
-    theirs = _other_node(store, 1, overlay="0.0.9")
+    _other_node(store, 1, overlay="0.0.9")
     _ranks(3, store, wait_s=1, nnodes=3, only=[0])
-    kept, _ = records.read(os.getpid(), records.PEERS)
-    assert kept["rank"] == 0 and kept["ranks"] == 3 and kept["nnodes"] == 3 and kept["missing"] == [2]
-    assert kept["reports"]["1"] == theirs and kept["reports"]["0"]["pid"] == os.getpid()
-    assert kept["differing"] == {"1": ["overlay '0.0.9' there, '0.1.0' here"]}
+    kept = peers.parse(records.read(os.getpid(), records.PEERS)[0])
+    assert (kept.rank, kept.node, kept.digest) == (0, 0, digest(local_state(0)))
+    verdict = kept.verdict
+    assert (verdict.ranks, verdict.nnodes, verdict.digest, verdict.ok) == (3, 3, kept.digest, False)
+    assert [(g.ranks, g.node) for g in verdict.missing] == [("2", 2)]
+    assert [(g.ranks, g.node, g.host, g.pid, g.differs) for g in verdict.differing] == [
+        ("1", 1, "node-b", 4242, ("overlay '0.0.9' there, '0.1.0' here",))
+    ]
+    assert [(g.ranks, g.node, g.host) for g in verdict.nodes] == [("0", 0, local_state(0)["host"]), ("1", 1, "node-b")]
     assert records_here == [(records.forget, os.getpid(), records.PEERS)]

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import overlay_cwd, overlay_path
+from tests.conftest import overlay_cwd, overlay_path, subprocess_env
 from tests.support.real_server.model import build_tiny_model
 
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -176,10 +176,10 @@ class ServerConfig:
 
 
 def run_status(url: str, *extra: str) -> subprocess.CompletedProcess:
-    """``sglang-overlay status --url URL`` as an operator runs it (this environment's console script)."""
-    return subprocess.run(
-        [str(VENV_BIN / "sglang-overlay"), "status", "--url", url, *extra], capture_output=True, text=True, timeout=120
-    )
+    """``sglang-overlay status --url URL`` as an operator runs it (this environment's console script, reading
+    with the overlay under test: the checkout's, unless the installed one is under test)."""
+    return subprocess.run([str(VENV_BIN / "sglang-overlay"), "status", "--url", url, *extra], capture_output=True,
+                          text=True, timeout=120, env=subprocess_env())  # fmt: skip
 
 
 def free_port() -> int:
