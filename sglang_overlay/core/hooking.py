@@ -2,10 +2,10 @@
 
 The job, in order (``apply``, once per process, under one lock):
 
-1. ``core.verify``: version pin, every enabled patch's fingerprints, the process-start hook (the
-   parts of ``verify.ready()`` a running process can see). A patch that does not verify is refused whole: strict
-   (default) raises ``OverlayError``; ``SGLANG_OVERLAY_STRICT=0`` logs one warning, skips the patch
-   and restores any target of it already hooked (``_revert``).
+1. ``core.readiness.ready()``, the one readiness rule (the parts a running process can see). Strict (default):
+   any problem raises ``OverlayError``. ``SGLANG_OVERLAY_STRICT=0``: a patch's own problem logs one warning
+   and skips the patch whole (restoring any target of it already hooked, ``_revert``); a fatal one still
+   raises; any other logs one warning.
 2. A target whose module is already imported is hooked at once through SGLang's
    ``HookRegistry``. Any other waits in ``_STATE.pending`` and is hooked the moment
    its module finishes executing: ``_DeferredPatchFinder`` (first on
@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 
 from sglang_overlay.core import lockfile, processes, settings
 from sglang_overlay.core.introspection import raw_attribute, resolve_owner, unwrap_descriptor
+from sglang_overlay.core.readiness import ready
 from sglang_overlay.core.registry import Patch, Target
-from sglang_overlay.core.verify import make_plan, process_hook_problem
+from sglang_overlay.core.verify import make_plan
 from sglang_overlay.errors import OverlayError
 
 logger = logging.getLogger("sglang_overlay")
@@ -249,25 +250,25 @@ def deferred_finder():
 def _apply_unlocked(lock_path, role: str | None = None) -> None:
     """apply() under _LOCK, once per process."""
     plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
-    if plan.version_problem:
-        raise OverlayError(plan.version_problem)
-    hook_problem = process_hook_problem(plan, role)
-    if hook_problem and settings.strict():
-        raise OverlayError(hook_problem)
-    if hook_problem:
-        logger.warning("sglang-overlay (%s=0): %s", settings.STRICT, hook_problem)
+    problems = ready(plan, role)
+    refused = [p for p in problems if p.fatal or settings.strict()]
+    if refused:
+        raise OverlayError("; ".join(refused))
+    for problem in problems:
+        if problem.patch is None:
+            logger.warning("sglang-overlay (%s=0): %s", settings.STRICT, problem)
     _STATE.started = True
     processes.mark_children()
+    skipped = {p.patch: p for p in problems if p.patch is not None}
     for patch in plan.enabled:
-        refusal = plan.refusal(patch)
-        if refusal:
-            _fail(patch.id, refusal)
+        if patch.id in skipped:
+            _fail(patch.id, skipped[patch.id])
             continue
         for target in patch.targets:
             _STATE.pending.setdefault(target.module, []).append((patch, target))
-    ready = [m for m in _STATE.pending if m in sys.modules]
-    if len(ready) < len(_STATE.pending):
+    now = [m for m in _STATE.pending if m in sys.modules]
+    if len(now) < len(_STATE.pending):
         _STATE.finder = _DeferredPatchFinder()
         sys.meta_path.insert(0, _STATE.finder)
-    for module in ready:
+    for module in now:
         _apply_module(module)
