@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sglang_overlay.core import installed, lockfile, process_hook, readiness, rebase, settings, verify
+from sglang_overlay.core import identity, installed, lockfile, process_hook, readiness, rebase, settings, verify
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.version import __version__
 
@@ -86,12 +86,13 @@ def _check_report(plan, argv: list[str] | None = None) -> dict:
     hook = process_hook.installed_path()
     bad = (
         []
-        if plan.version_problem
+        if any(p.fatal for p in problems)  # another release or another sglang: its targets would say nothing
         else [r for r in (*rows, *dependencies) if r["enabled"] and r["fingerprint"] != "match"]
     )
     return {
         "ok": not problems,
         "sglang": installed.installed_sglang_version(),
+        "sglang_file": identity.describe(identity.sglang_identity()),
         "pin": lockfile.read_pin().version,
         "supported_pins": list(lockfile.pin_dirs()),
         "python": installed.running_python(),
@@ -147,7 +148,7 @@ def _print_check(report: dict) -> None:
             f"dependencies (upstream definitions the hooks call or override, locked like targets): "
             f"{len(deps) - len(moved)} of {len(deps)} match" + ("" if moved else " [green]ok[/]")
         )
-    console.print(f"installed sglang: {report['sglang']} (pinned {report['pin']})")
+    console.print(f"installed sglang: {report['sglang']} (pinned {report['pin']}); imports {report['sglang_file']}")
     console.print(
         f"plugin discoverable: {'yes' if report['plugin_discoverable'] else '[red]NO[/]'}: {report['plugin']}"
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from sglang_overlay.core import installed, process_hook, settings
+from sglang_overlay.core import identity, installed, process_hook, settings
 from sglang_overlay.core.verify import Plan
 
 
@@ -100,6 +100,14 @@ class Rule:
     environment: bool = False
 
 
+def _sglang(plan: Plan, role, argv) -> list[Problem]:
+    return [
+        Problem(f"sglang-overlay cannot vouch for this sglang: {m}", fatal=True)
+        for m in (identity.identity_problem(),)
+        if m
+    ]
+
+
 def _version(plan: Plan, role, argv) -> list[Problem]:
     return [Problem(plan.version_problem, fatal=True)] if plan.version_problem else []
 
@@ -128,6 +136,7 @@ def _setup(plan: Plan, role, argv) -> list[Problem]:
 
 
 RULES: list[Rule] = [
+    Rule("the imported sglang is the installed one", _sglang),
     Rule("version pin", _version),
     Rule("patches verify", _patches),
     Rule("process-start hook", _process_hook),
@@ -142,7 +151,8 @@ def ready(
 ) -> list[Problem]:
     """Everything that keeps this launch from running patched, one :class:`Problem` each (empty: ready).
 
-    Start-up (the plugin, ``environment=False``) asks the rules a running process can see: the version pin,
+    Start-up (the plugin, ``environment=False``) asks the rules a running process can see: the imported sglang
+    is the installed one (``core.identity``), the version pin,
     each enabled patch's fingerprints, the process-start hook. ``check`` and ``launch`` (``environment=True``)
     add the rest. A fatal problem ends the list: nothing after it could be told."""
     problems: list[Problem] = []

@@ -255,3 +255,12 @@ def test_non_strict_warns_on_a_launch_problem_and_refuses_a_fatal_one(monkeypatc
     _only_rule(monkeypatch, readiness.Problem("refuse me", fatal=True))
     with pytest.raises(OverlayError, match="refuse me"):
         hooking._apply_unlocked(None)
+
+
+def test_this_environment_imports_the_installed_sglang():
+    """The control of tests/core/test_sglang_identity.py: here, one install record owns what imports."""
+    from sglang_overlay.core import identity
+
+    found = identity.sglang_identity()
+    assert len(found.records) == 1 and found.others == [] and identity.identity_problem(found) is None
+    assert identity.describe(found).endswith(f"(installed by {found.records[0].name})")
