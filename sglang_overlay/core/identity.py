@@ -8,8 +8,9 @@ upstream's), or two install records for ``sglang`` exist.
 
 Invariants: nothing here imports sglang (a top-level ``find_spec`` executes nothing; an already-imported
 sglang is read from ``sys.modules``); install records are read as files, never parsed as metadata. Cost: one
-directory listing per ``sys.path`` entry and one small file per other distribution (``top_level.txt``, else its
-``RECORD``): about 25 ms on a 166-distribution environment (``scripts/bench_plugin_overhead.py`` counts it).
+directory listing per ``sys.path`` entry and one file per other distribution (``top_level.txt``, else its
+``RECORD``; 83 of 167 here, 3 MB, torch's 1.5 MB the most): 55-110 ms per process measured on a 2-core machine
+at load 11 (an upper bound), where ``importlib.metadata.packages_distributions()`` took 1.7 s.
 """
 
 from __future__ import annotations
