@@ -5,7 +5,7 @@ without a terminal, as in CI logs and pipes, the table takes its natural width),
 reports takes ``--json``.
 
 - ``check``: every patch and target (match / drift / missing), enabled or not, the plugin's discovery and
-  the process-start hook; exit 0 only when ``core.verify.ready()`` finds nothing.
+  the process-start hook; exit 0 only when ``core.readiness.ready()`` finds nothing.
 - ``status --url URL``: per process of a running local server, which patches are live.
 - ``process-hook --install | --check``: the ``.pth`` hook (``core.process_hook``).
 - ``lock [--check]``: regenerate or compare the installed release's lock (``core.lockfile.regenerate``).
@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sglang_overlay.core import installed, lockfile, process_hook, rebase, settings, verify
+from sglang_overlay.core import identity, installed, lockfile, process_hook, readiness, rebase, settings, verify
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.version import __version__
 
@@ -81,17 +81,18 @@ def _check_rows(plan, dependencies: bool = False) -> list[dict]:
 def _check_report(plan, argv: list[str] | None = None) -> dict:
     """Everything ``check`` says, as data (what ``--json`` prints)."""
     rows, dependencies = _check_rows(plan), _check_rows(plan, dependencies=True)
-    problems = verify.ready(plan, argv=argv, environment=True)
-    discoverable, how = verify.plugin_discovery()
+    problems = readiness.ready(plan, argv=argv, environment=True)
+    discoverable, how = readiness.plugin_discovery()
     hook = process_hook.installed_path()
     bad = (
         []
-        if plan.version_problem
+        if any(p.fatal for p in problems)  # another release or another sglang: its targets would say nothing
         else [r for r in (*rows, *dependencies) if r["enabled"] and r["fingerprint"] != "match"]
     )
     return {
         "ok": not problems,
         "sglang": installed.installed_sglang_version(),
+        "sglang_file": identity.describe(identity.sglang_identity()),
         "pin": lockfile.read_pin().version,
         "supported_pins": list(lockfile.pin_dirs()),
         "python": installed.running_python(),
@@ -147,7 +148,7 @@ def _print_check(report: dict) -> None:
             f"dependencies (upstream definitions the hooks call or override, locked like targets): "
             f"{len(deps) - len(moved)} of {len(deps)} match" + ("" if moved else " [green]ok[/]")
         )
-    console.print(f"installed sglang: {report['sglang']} (pinned {report['pin']})")
+    console.print(f"installed sglang: {report['sglang']} (pinned {report['pin']}); imports {report['sglang_file']}")
     console.print(
         f"plugin discoverable: {'yes' if report['plugin_discoverable'] else '[red]NO[/]'}: {report['plugin']}"
     )
@@ -160,7 +161,7 @@ def _print_check(report: dict) -> None:
             f"{': ' + r['detail'] if r.get('detail') else ''}[/]"
         )
     for problem in report["readiness"]:
-        if not problem.startswith("patch '"):  # a target's refusal is the line above
+        if problem.patch is None:  # a patch's refusal is its targets' lines above
             console.print(f"[red]{problem}[/]")
     console.print("[green]OK: every enabled patch would apply[/]" if report["ok"] else "[red]NOT OK: see above[/]")
 

@@ -4,8 +4,8 @@
 2. ``installed``, ``fingerprint``, ``process_hook``: the installed upstream (version, sources), the ``.pth`` line;
 3. ``lockfile``: the pins and their locks; ``rebase`` compares a lock with another wheel;
 4. ``registry``: declarations (``Patch``, ``Release``, ``Target``, ``Knob``); version and package passed in;
-5. ``verify``: the plan per target and the one ``ready()`` rule;
-6. ``records``, ``processes``, ``server_status``: per-process records, roles, the INFO line;
+5. ``verify``: the plan per target; ``readiness``: the one ``ready()`` rule over it (start-up, check, launch);
+6. ``records``, ``info``, ``processes``, ``server_status``: per-process records, the info metric, roles, the INFO line;
 7. ``hooking``: applying the plan in a process (lazy finder, proof, revert).
 
 Above the core: the entry points (``sglang_overlay.plugin``, ``sglang_overlay.process_start``), then the CLI.

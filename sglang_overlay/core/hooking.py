@@ -2,10 +2,10 @@
 
 The job, in order (``apply``, once per process, under one lock):
 
-1. ``core.verify``: version pin, every enabled patch's fingerprints, the process-start hook (the
-   parts of ``verify.ready()`` a running process can see). A patch that does not verify is refused whole: strict
-   (default) raises ``OverlayError``; ``SGLANG_OVERLAY_STRICT=0`` logs one warning, skips the patch
-   and restores any target of it already hooked (``_revert``).
+1. ``core.readiness.ready()``, the one readiness rule (the parts a running process can see). Strict (default):
+   any problem raises ``OverlayError``. ``SGLANG_OVERLAY_STRICT=0``: a patch's own problem logs one warning
+   and skips the patch whole (restoring any target of it already hooked, ``_revert``); a fatal one still
+   raises; any other logs one warning.
 2. A target whose module is already imported is hooked at once through SGLang's
    ``HookRegistry``. Any other waits in ``_STATE.pending`` and is hooked the moment
    its module finishes executing: ``_DeferredPatchFinder`` (first on
@@ -13,6 +13,7 @@ The job, in order (``apply``, once per process, under one lock):
    process never imports a patch-target module it would not import anyway.
 3. After hooking, the attribute must be a wrapper chain holding the overlay's hook
    and reaching the original object (``HookRegistry`` only logs a failure).
+4. Once ``prometheus_client`` is imported (SGLang's metrics set up), the info series (``core.info``).
 
 Invariants: a patch is applied whole or not at all; the finder leaves
 ``sys.meta_path`` once nothing is pending; ``_revert`` restores the stored object
@@ -31,10 +32,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from sglang_overlay.core import lockfile, processes, settings, startup_cost
+from sglang_overlay.core import info, lockfile, processes, settings, startup_cost
 from sglang_overlay.core.introspection import raw_attribute, resolve_owner, unwrap_descriptor
+from sglang_overlay.core.readiness import ready
 from sglang_overlay.core.registry import Patch, Target
-from sglang_overlay.core.verify import make_plan, process_hook_problem
+from sglang_overlay.core.verify import make_plan
 from sglang_overlay.errors import OverlayError
 
 logger = logging.getLogger("sglang_overlay")
@@ -52,6 +54,7 @@ class _State:
     originals: dict[str, tuple[object, str, object]] = field(
         default_factory=dict
     )  # path -> (owner, attr, raw before hooking)
+    after_import: dict[str, list] = field(default_factory=dict)  # module -> callbacks run once it executed
     finder: "_DeferredPatchFinder | None" = None
     apply_s: float = 0.0  # time apply() itself took (verification + immediate hooks)
 
@@ -139,7 +142,7 @@ def _revert(patch_id: str) -> None:
 
 def _drop_finder_if_idle() -> None:
     """Leave sys.meta_path as it was once no target waits for its module."""
-    if not _STATE.pending and _STATE.finder is not None:
+    if not _STATE.pending and not _STATE.after_import and _STATE.finder is not None:
         try:
             sys.meta_path.remove(_STATE.finder)
         except ValueError:
@@ -173,6 +176,8 @@ def _apply_module(module: str) -> None:
                 _fail(patch.id, f"patch '{patch.id}' target {target.path}: cannot hook: {exc!r}")
                 continue
             _STATE.applied.setdefault(patch.id, []).append(target.path)
+        for callback in _STATE.after_import.pop(module, []):
+            callback()
         _drop_finder_if_idle()
         if items:
             processes.write_record(status())
@@ -200,7 +205,7 @@ class _DeferredPatchFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: wraps the loader of modules that have pending targets."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname not in _STATE.pending:
+        if fullname not in _STATE.pending and fullname not in _STATE.after_import:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -248,28 +253,40 @@ def deferred_finder():
     return _STATE.finder
 
 
+def _publish_info(role: str | None) -> None:
+    """``sglang_overlay_info`` on ``/metrics`` (``core.info``); a failure is a warning, never a stopped server."""
+    try:
+        info.publish(role or processes.process_role(), tuple(_STATE.skipped))
+    except Exception as exc:
+        logger.warning("sglang-overlay: %s not published on /metrics: %r", info.METRIC, exc)
+
+
 def _apply_unlocked(lock_path, role: str | None = None) -> None:
     """apply() under _LOCK, once per process."""
     plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
-    if plan.version_problem:
-        raise OverlayError(plan.version_problem)
-    hook_problem = process_hook_problem(plan, role)
-    if hook_problem and settings.strict():
-        raise OverlayError(hook_problem)
-    if hook_problem:
-        logger.warning("sglang-overlay (%s=0): %s", settings.STRICT, hook_problem)
+    problems = ready(plan, role)
+    refused = [p for p in problems if p.fatal or settings.strict()]
+    if refused:
+        raise OverlayError("; ".join(refused))
+    for problem in problems:
+        if problem.patch is None:
+            logger.warning("sglang-overlay (%s=0): %s", settings.STRICT, problem)
     _STATE.started = True
     processes.mark_children()
+    skipped = {p.patch: p for p in problems if p.patch is not None}
     for patch in plan.enabled:
-        refusal = plan.refusal(patch)
-        if refusal:
-            _fail(patch.id, refusal)
+        if patch.id in skipped:
+            _fail(patch.id, skipped[patch.id])
             continue
         for target in patch.targets:
             _STATE.pending.setdefault(target.module, []).append((patch, target))
-    ready = [m for m in _STATE.pending if m in sys.modules]
-    if len(ready) < len(_STATE.pending):
+    if "prometheus_client" in sys.modules:  # SGLang's metrics: the info series once its client is imported
+        _publish_info(role)
+    else:
+        _STATE.after_import["prometheus_client"] = [lambda: _publish_info(role)]
+    now = [m for m in _STATE.pending if m in sys.modules]
+    if len(now) < len(_STATE.pending) or _STATE.after_import:
         _STATE.finder = _DeferredPatchFinder()
         sys.meta_path.insert(0, _STATE.finder)
-    for module in ready:
+    for module in now:
         _apply_module(module)

@@ -1,14 +1,11 @@
 """Verification: does every enabled patch fit the installed upstream, and is this launch ready? Never applied.
 
 ``make_plan()`` is the side-effect-free answer per target (:class:`Status`: ``MATCH`` when the installed
-definition's fingerprint equals the lock's; ``DRIFT``; ``MISSING``; ``UNLOCKED``). :func:`ready` is the ONE
-rule for "this launch would run patched": the plugin at start-up, ``check`` and ``launch`` all ask it, so
-``launch`` refuses exactly what start-up would, plus what only a launcher can see (the plugin not
-discoverable, sglang not importing, an unfinished set-up).
+definition's fingerprint equals the lock's; ``DRIFT``; ``MISSING``; ``UNLOCKED``). :func:`readiness.ready` is the ONE
+rule for "this launch would run patched" lives above it, in ``core.readiness``, and reads this plan.
 
 Invariants: only ``MATCH`` is OK; a patch is applied whole or not at all; nothing here hooks, imports a
-patch's implementation or imports sglang (except :func:`ready` with ``environment=True``, which asks the
-installed sglang to import). Cost: a module file whose bytes the lock's seal vouches for is not parsed (one
+patch's implementation or imports sglang. Cost: a module file whose bytes the lock's seal vouches for is not parsed (one
 sha256 of the file); any other is parsed once per target.
 """
 
@@ -17,12 +14,10 @@ from __future__ import annotations
 import enum
 import sys
 from dataclasses import dataclass
-from importlib.metadata import entry_points
-from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from sglang_overlay.core import fingerprint, installed, lockfile, process_hook, settings
+from sglang_overlay.core import fingerprint, installed, lockfile, settings
 from sglang_overlay.core.registry import Dependency, Patch, Target, discover_patches
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.version import __version__
@@ -184,82 +179,3 @@ def make_plan(lock: dict | None = None) -> Plan:
         p.id: [target_status(p, t, lock) for t in (*p.targets, *p.depends)] for p in patches if p.id not in disabled
     }
     return Plan(patches, statuses, disabled, None)
-
-
-# --------------------------------------------------------------------------- the one readiness rule
-
-
-def unreached_patches(plan: Plan) -> list[str]:
-    """Enabled patches that would run in processes SGLang starts without ``load_plugins()`` (tokenizer workers)."""
-    return [p.id for p in plan.enabled if p.role in process_hook.NO_PLUGIN_ROLES]
-
-
-def process_hook_problem(plan: Plan, role: str | None = None, argv: list[str] | None = None) -> str | None:
-    """Why a process SGLang starts without ``load_plugins()`` could run an enabled patch's targets unpatched:
-    no ``.pth`` hook here, a patch of the HTTP process enabled, and this process one that starts tokenizer
-    workers with more than one asked for (or not told). None when nothing is at risk."""
-    if process_hook.installed_path() is not None or settings.process_start_marked():
-        return None
-    at_risk = unreached_patches(plan)
-    if not at_risk or (role is not None and role not in process_hook.LAUNCHER_ROLES):
-        return None  # schedulers, detokenizers and DP controllers start no tokenizer worker
-    workers = process_hook.tokenizer_workers_requested(argv)
-    if workers == 1:
-        return None
-    asked = f"--tokenizer-worker-num {workers}" if workers else "possibly more than one, not told by the command line"
-    return (
-        f"the process-start hook ({process_hook.PTH_NAME}) is not in {process_hook.site_dirs()[0]}: SGLang would "
-        f"start the tokenizer worker processes ({asked}) without load_plugins(), and patch(es) {at_risk} would "
-        "run unpatched there. Reinstall the overlay non-editable (pip install sglang-overlay: the wheel carries "
-        "the hook), or write it: sglang-overlay process-hook --install."
-    )
-
-
-def plugin_discovery() -> tuple[bool, str]:
-    """Will SGLang's ``load_plugins()`` run the overlay in this environment? (its entry point, loaded)"""
-    eps = [ep for ep in entry_points(group=settings.PLUGIN_GROUP) if ep.name == settings.PLUGIN_NAME]
-    if not eps:
-        return (
-            False,
-            f"no '{settings.PLUGIN_NAME}' entry point in {settings.PLUGIN_GROUP} (is sglang-overlay installed?)",
-        )
-    try:
-        loaded = eps[0].load()
-    except Exception as exc:  # what SGLang would log and then start without us
-        return False, f"entry point {eps[0].value} fails to load: {exc!r}"
-    if (getattr(loaded, "__module__", None), getattr(loaded, "__qualname__", None)) != (settings.PLUGIN_MODULE, "load"):
-        return False, f"entry point {eps[0].value} loads {loaded!r}, not this overlay (shadowed?)"
-    whitelist = settings.sglang_plugins_whitelist()
-    if whitelist is not None and settings.PLUGIN_NAME not in whitelist:
-        return False, (
-            f"{settings.SGLANG_PLUGINS}={settings.sglang_plugins_raw()!r} does not name "
-            f"'{settings.PLUGIN_NAME}': SGLang would skip the overlay silently. Add it to the list or unset it."
-        )
-    return True, f"{eps[0].value} (dist {eps[0].dist.name if eps[0].dist else '?'})"
-
-
-def setup_incomplete() -> bool:
-    """``scripts/apply_patches.sh`` marks an environment whose set-up has not finished."""
-    return Path(sys.prefix, ".sglang-overlay-incomplete").exists()
-
-
-def ready(plan: Plan, role: str | None = None, argv: list[str] | None = None, environment: bool = False) -> list[str]:
-    """Everything that keeps this launch from running patched, one message each (empty: ready).
-
-    Start-up (the plugin, ``environment=False``): the version pin, each enabled patch that does not verify
-    and the process-start hook. ``check`` and ``launch`` (``environment=True``) add what a process that is
-    already running the plugin cannot see: the plugin's discovery, sglang importing, a finished set-up."""
-    if plan.version_problem:
-        return [plan.version_problem]
-    problems = [r for r in (plan.refusal(p) for p in plan.enabled) if r]
-    hook = process_hook_problem(plan, role, argv)
-    if hook:
-        problems.append(hook)
-    if environment:
-        discoverable, how = plugin_discovery()
-        if not discoverable:
-            problems.append(f"SGLang would not load the overlay: {how}")
-        problems += [p for p in (installed.import_problem(),) if p]
-        if setup_incomplete():
-            problems.append(f"{sys.prefix}: environment set-up did not finish; rerun scripts/apply_patches.sh")
-    return problems

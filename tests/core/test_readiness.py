@@ -1,4 +1,4 @@
-"""The one readiness rule (``core.verify.ready``), in-process: what start-up, ``check`` and ``launch`` refuse.
+"""The one readiness rule (``core.readiness.ready``), in-process: what start-up, ``check`` and ``launch`` refuse.
 
 The fresh-interpreter view of the same rule (a real ``load_plugins()`` refusing) is tests/core/test_processes.py
 (tier ci_slow); here each case of the rule runs against the real lock and the installed sglang's sources.
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from sglang_overlay import cli
-from sglang_overlay.core import lockfile, process_hook, verify
+from sglang_overlay.core import lockfile, process_hook, readiness, verify
 from sglang_overlay.core.server_status import _is_server_process
 
 
@@ -37,9 +37,9 @@ LAUNCH = ["/venv/lib/python3.12/site-packages/sglang/launch_server.py", "--model
 def test_without_the_hook_a_launch_that_may_start_tokenizer_workers_is_refused(no_hook, argv):
     """Refused where tokenizer workers could run an HTTP-process patch unpatched: more than one asked for, or a
     command line that does not say (a config file, an embedding program, ``check``); the message names both."""
-    problem = verify.process_hook_problem(_Plan("scheduler", "http"), "http", argv)
+    problem = readiness.process_hook_problem(_Plan("scheduler", "http"), "http", argv)
     assert "tokenizer worker processes" in problem and "['p-http']" in problem and "p-scheduler" not in problem
-    assert problem in verify.ready(_Plan("scheduler", "http"), "http", argv)
+    assert problem in readiness.ready(_Plan("scheduler", "http"), "http", argv)
 
 
 @pytest.mark.parametrize("plan, role, argv", [
@@ -51,13 +51,13 @@ def test_without_the_hook_a_launch_that_may_start_tokenizer_workers_is_refused(n
     (_Plan("scheduler"), "http", LAUNCH + ["--tokenizer-worker-num", "2"]),  # no patch of the HTTP process
 ])  # fmt: skip
 def test_without_the_hook_nothing_is_refused_where_no_such_process_can_exist(no_hook, plan, role, argv):
-    assert verify.process_hook_problem(plan, role, argv) is None
-    assert verify.ready(plan, role, argv) == []
+    assert readiness.process_hook_problem(plan, role, argv) is None
+    assert readiness.ready(plan, role, argv) == []
 
 
 def test_a_marked_child_needs_no_hook_of_its_own(no_hook, monkeypatch):
     monkeypatch.setenv("SGLANG_OVERLAY_PROCESS_START", "4242")
-    assert verify.process_hook_problem(_Plan("http"), "http", ["-c"]) is None
+    assert readiness.process_hook_problem(_Plan("http"), "http", ["-c"]) is None
 
 
 def _drifted_lock() -> tuple[dict, str, str]:
@@ -68,12 +68,12 @@ def _drifted_lock() -> tuple[dict, str, str]:
 
 
 def test_the_shipped_lock_is_ready_at_start_up():
-    assert verify.ready(verify.make_plan(), role="scheduler") == []
+    assert readiness.ready(verify.make_plan(), role="scheduler") == []
 
 
 def test_a_drifted_fingerprint_is_one_refusal_naming_patch_target_and_the_way_out():
     lock, path, patch = _drifted_lock()
-    problems = verify.ready(verify.make_plan(lock), role="scheduler")
+    problems = readiness.ready(verify.make_plan(lock), role="scheduler")
     assert len(problems) == 1 and path in problems[0] and f"patch '{patch}'" in problems[0]
     assert f"SGLANG_OVERLAY_DISABLE={patch}" in problems[0] and "rebase-check" in problems[0]
 
@@ -81,14 +81,14 @@ def test_a_drifted_fingerprint_is_one_refusal_naming_patch_target_and_the_way_ou
 def test_a_disabled_patch_is_not_verified(monkeypatch):
     lock, _, patch = _drifted_lock()
     monkeypatch.setenv("SGLANG_OVERLAY_DISABLE", patch)
-    assert verify.ready(verify.make_plan(lock), role="scheduler") == []
+    assert readiness.ready(verify.make_plan(lock), role="scheduler") == []
 
 
 def test_another_release_is_one_problem_and_no_target_is_read(monkeypatch):
     lock = copy.deepcopy(lockfile.read_lock())
     lock["upstream"]["version"] = "0.0.1"
     plan = verify.make_plan(lock)
-    assert plan.statuses == {} and verify.ready(plan) == [plan.version_problem]
+    assert plan.statuses == {} and readiness.ready(plan) == [plan.version_problem]
     assert "does not support the installed sglang" in plan.version_problem
 
 
@@ -98,14 +98,14 @@ def test_check_and_launch_refuse_what_the_rule_refuses(no_hook):
     plan = verify.make_plan()
     report = cli._check_report(plan, [])
     assert report["ok"] is False and any("process-start hook" in p for p in report["readiness"])
-    assert cli._check_report(plan, ["sglang-overlay", "--model-path", "m"])["readiness"] == verify.ready(
+    assert cli._check_report(plan, ["sglang-overlay", "--model-path", "m"])["readiness"] == readiness.ready(
         plan, argv=["sglang-overlay", "--model-path", "m"], environment=True
     )
 
 
 def test_a_whitelist_without_the_overlay_is_a_launch_problem(monkeypatch):
     monkeypatch.setenv("SGLANG_PLUGINS", "someone_else")
-    problems = verify.ready(verify.make_plan(), role="scheduler", environment=True)
+    problems = readiness.ready(verify.make_plan(), role="scheduler", environment=True)
     assert any("does not name 'sglang_overlay'" in p for p in problems), problems
 
 
@@ -134,7 +134,7 @@ def _drifted_dependency() -> tuple[dict, str, dict]:
 def test_a_changed_dependency_refuses_naming_it_and_the_hook_module_that_needs_it():
     """A definition a hook calls without hooking it changed: refused at start-up, not inside the scheduler."""
     lock, path, entry = _drifted_dependency()
-    problems = verify.ready(verify.make_plan(lock), role="scheduler")
+    problems = readiness.ready(verify.make_plan(lock), role="scheduler")
     assert len(problems) == 1, problems
     assert f"dependency {path}" in problems[0] and entry["needed_by"] in problems[0] and "not hooked" in problems[0]
     assert "fingerprint drift" in problems[0]
@@ -152,7 +152,7 @@ def test_a_dependency_gone_from_upstream_is_missing(monkeypatch):
         return real(module, qualname)
 
     monkeypatch.setattr(fingerprint, "fingerprint_installed", without)
-    (problem,) = verify.ready(verify.make_plan(lock), role="scheduler")
+    (problem,) = readiness.ready(verify.make_plan(lock), role="scheduler")
     assert f"dependency {path}" in problem and "missing in the installed upstream" in problem
 
 
@@ -211,3 +211,56 @@ def test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency():
     patches = verify.declared_patches(pin.version)
     rows = rebase.report(wheel, patches) + rebase.report(wheel, patches, dependencies=True)
     assert rows and {r["status"] for r in rows} == {"unchanged"}, [r for r in rows if r["status"] != "unchanged"]
+
+
+def _only_rule(monkeypatch, problem: readiness.Problem) -> None:
+    monkeypatch.setattr(readiness, "RULES", [readiness.Rule("test", lambda plan, role, argv: [problem])])
+
+
+def test_a_rule_added_to_ready_refuses_start_up_check_and_launch_alike(monkeypatch, capsys):
+    """The one rule: a rule added to ``readiness.RULES`` reaches the plugin at start-up (before anything is
+    hooked), ``check`` (exit 1, the message printed) and ``launch`` (exit 2, SGLang's launcher never run)."""
+    from sglang_overlay import plugin
+    from sglang_overlay.core import hooking
+    from sglang_overlay.errors import OverlayStartupError
+
+    message = "a rule this test added: refused"
+    added = readiness.Rule("test", lambda plan, role, argv: [readiness.Problem(message)])
+    monkeypatch.setattr(readiness, "RULES", [*readiness.RULES, added])
+    monkeypatch.setattr(hooking, "_STATE", hooking._State())  # this process's own state stays untouched
+    monkeypatch.setattr(process_hook, "installed_path", lambda: "/hook.pth")  # only the added rule objects
+    monkeypatch.setattr(cli.os, "execv", lambda *a: pytest.fail("launch ran SGLang's launcher"))
+    with pytest.raises(OverlayStartupError, match=message):
+        plugin.load()
+    assert hooking.status()["started"] is False and hooking.status()["applied"] == {}
+    assert cli.main(["check"]) == 1 and message in capsys.readouterr().out
+    assert cli.main(["launch", "--model-path", "m"]) == 2
+    assert message in capsys.readouterr().out
+
+
+def test_non_strict_warns_on_a_launch_problem_and_refuses_a_fatal_one(monkeypatch, caplog):
+    """The reactions differ, the rule does not: non-strict, a problem of no patch is one warning (start-up goes
+    on), a fatal one is refused all the same. (Every patch disabled: nothing is hooked in this process.)"""
+    from sglang_overlay.core import hooking
+    from sglang_overlay.errors import OverlayError
+
+    monkeypatch.setenv("SGLANG_OVERLAY_STRICT", "0")
+    monkeypatch.setenv("SGLANG_OVERLAY_DISABLE", ",".join(p.id for p in verify.make_plan().patches))
+    monkeypatch.setattr(hooking, "_STATE", hooking._State())
+    monkeypatch.setattr(hooking.processes, "mark_children", lambda: None)
+    _only_rule(monkeypatch, readiness.Problem("warn me"))
+    hooking._apply_unlocked(None)
+    assert hooking._STATE.started and "warn me" in caplog.text
+    monkeypatch.setattr(hooking, "_STATE", hooking._State())
+    _only_rule(monkeypatch, readiness.Problem("refuse me", fatal=True))
+    with pytest.raises(OverlayError, match="refuse me"):
+        hooking._apply_unlocked(None)
+
+
+def test_this_environment_imports_the_installed_sglang():
+    """The control of tests/core/test_sglang_identity.py: here, one install record owns what imports."""
+    from sglang_overlay.core import identity
+
+    found = identity.sglang_identity()
+    assert len(found.records) == 1 and found.others == [] and identity.identity_problem(found) is None
+    assert identity.describe(found).endswith(f"(installed by {found.records[0].name})")

@@ -24,10 +24,16 @@ MAX_ALIVE = 3
 # The configurations the tier launches (each at most once per session when modules run in file order).
 OVERLAY_PICKLE_CLI = ServerConfig(overlay=True, launcher="overlay", ipc="pickle", abort_triggers=True)
 OVERLAY_MSGPACK = ServerConfig(overlay=True, launcher="sglang", ipc="msgpack", abort_triggers=True)
-OVERLAY_PICKLE_W2 = ServerConfig(overlay=True, ipc="pickle", tokenizer_workers=2, abort_triggers=True)
-OVERLAY_MSGPACK_W2 = ServerConfig(overlay=True, ipc="msgpack", tokenizer_workers=2, abort_triggers=True)
+# --enable-metrics: /metrics carries sglang_overlay_info (test_02 on both pins; upstream's absence in test_03)
+_METRICS = ("--enable-metrics",)
+OVERLAY_PICKLE_W2 = ServerConfig(
+    overlay=True, ipc="pickle", tokenizer_workers=2, abort_triggers=True, extra_args=_METRICS
+)
+OVERLAY_MSGPACK_W2 = ServerConfig(
+    overlay=True, ipc="msgpack", tokenizer_workers=2, abort_triggers=True, extra_args=_METRICS
+)
 UPSTREAM_PICKLE = ServerConfig(overlay=False, ipc="pickle", abort_triggers=True)
-UPSTREAM_MSGPACK = ServerConfig(overlay=False, ipc="msgpack", abort_triggers=True)
+UPSTREAM_MSGPACK = ServerConfig(overlay=False, ipc="msgpack", abort_triggers=True, extra_args=_METRICS)
 OVERLAY_PLAIN = ServerConfig(overlay=True)  # no abort triggers: long runs (GSM8K) must not meet the running timeout
 UPSTREAM_PLAIN = ServerConfig(overlay=False)  # the fuzz's reference: no queue limit, so its 5xx do not depend on timing
 # A device pool of 1,024 tokens: the HiCache tests' prefixes (8 x ~250 tokens) spill to the host tier.

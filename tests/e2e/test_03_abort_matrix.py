@@ -106,3 +106,12 @@ def teardown_module(module):
         print("\n[e2e] abort matrix (config, trigger, route, stream) -> outcome")
         for key in sorted(OBSERVED, key=str):
             print(f"  {key}: {OBSERVED[key]}")
+
+
+def test_an_upstream_server_has_metrics_and_no_overlay_series(server_pool):
+    """The control of test_02's info metric: SGLang's own /metrics, without the overlay, carries none."""
+    from tests.support.real_server.probes import overlay_info_series
+
+    server = server_pool.get(UPSTREAM_MSGPACK)
+    assert "sglang:" in httpx.get(server.url + "/metrics", timeout=60.0).text
+    assert overlay_info_series(server.url) == []  # the same question finds it with the overlay (test_02)

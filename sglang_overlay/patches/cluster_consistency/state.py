@@ -9,30 +9,18 @@ lock read and one registry discovery per process (once, at start-up).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 
-from sglang_overlay.core import installed, lockfile, settings
-from sglang_overlay.core.registry import discover_patches
-from sglang_overlay.version import __version__
+from sglang_overlay.core import info
 
 COMPARED = ("overlay", "sglang", "pin", "lock", "patches", "strict")
 
 
 def local_state(node_rank: int) -> dict:
-    """This rank's report."""
-    path = lockfile.lock_path()
-    pin = lockfile.read_pin(path)
-    disabled = set(settings.disabled_patch_ids())
-    declared = discover_patches(pin.version, extra=tuple(settings.extra_patch_modules()))
+    """This rank's report: the overlay it declares (``core.info``), and what names the rank."""
     return {
-        "overlay": __version__,
-        "sglang": installed.installed_sglang_version(),
-        "pin": pin.version,
-        "lock": "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16],
-        "patches": sorted(p.id for p in declared if p.id not in disabled),
-        "strict": settings.strict(),
+        **info.declared(),
         "host": socket.gethostname(),
         "node": node_rank,
         "pid": os.getpid(),

@@ -270,3 +270,18 @@ def greedy_texts(url: str, prompts: tuple[str, ...] = GREEDY_PROMPTS, max_tokens
             reply.raise_for_status()
             texts[prompt] = reply.json()["choices"][0]["text"]
     return texts
+
+
+def overlay_info_series(url: str) -> list[dict]:
+    """The ``sglang_overlay_info`` samples of a server's ``/metrics`` (labels and value each); the route must
+    answer, so an empty list means a server with metrics and without the overlay's series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = httpx.get(url + "/metrics", timeout=60.0)
+    response.raise_for_status()
+    return [
+        {"labels": dict(sample.labels), "value": sample.value}
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+        if sample.name == "sglang_overlay_info"
+    ]
