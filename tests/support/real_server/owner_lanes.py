@@ -42,6 +42,9 @@ def interleaved_config(overlay: bool, tokens_per_class: int = 256, disable: str 
         "256",
         "--hicache-write-policy",
         "write_through",
+        # explicit: upstream's auto-size refuses to start when the machine has under 10 GiB free (a loaded CI host)
+        "--hicache-ratio",
+        "2",
         "--skip-server-warmup",  # warm-up decodes 8 tokens; this allocator has no decode
         "--enable-metrics",
         "--enable-cache-report",
