@@ -17,7 +17,9 @@ construction functions are overridden, so a real one-rank CPU server builds upst
 Not exercised (say so wherever results are reported): striping across ranks, the PyNccl prefix gather,
 scratch admission (no shard spec), the disaggregation send filter; no decode (the allocator refuses
 ``alloc``/``alloc_decode``): requests are ``max_tokens=1``, a prefill worker's job.
-Each override's target is fingerprinted (``FINGERPRINTS``): a changed upstream definition refuses loudly.
+The host-memory reserve (``pool_host.base.HICACHE_HOST_MEMORY_RESERVE_BYTES``, 10 GiB) drops to 256 MiB: the
+host pools here are kilobytes, and a loaded CI host refused to start them. Each override's target is
+fingerprinted (``FINGERPRINTS``): a changed upstream definition refuses loudly.
 ``Scheduler.flush_cache`` logs one ``LEDGER`` line (free pages per class of the allocator and host pool, and
 the pages the tree holds, before and after the flush; ``UnifiedRadixCache.load_back`` calls served and refused
 since start, counted the same way on both sides) so a test can check that nothing leaked.
@@ -119,6 +121,7 @@ def install(n: int) -> None:
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.mem_cache import kv_cache_configurator as config
     from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as assembler
+    from sglang.srt.mem_cache.pool_host import base as host_base
     from sglang.srt.mem_cache.pool_host.page_interleave import PageInterleaveHostPool
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
@@ -169,6 +172,9 @@ def install(n: int) -> None:
         logger.info("%s%s", LEDGER, json.dumps({"flushed": bool(done), "before": before, "after": ledger(self)}))
         return done
 
+    # Upstream keeps 10 GiB of the machine's free memory out of any host pool and refuses to start below it;
+    # these host pools are kilobytes (tiny model), and a 2-core CI host with several test servers has less free.
+    host_base.HICACHE_HOST_MEMORY_RESERVE_BYTES = min(host_base.HICACHE_HOST_MEMORY_RESERVE_BYTES, 256 << 20)
     cls._resolve_kv_shard, cls._build_mha_kv_pool = _resolve_kv_shard, _build_mha_kv_pool
     assembler.build_kv_host_pool = build_kv_host_pool
     Scheduler.flush_cache = flush_cache
