@@ -40,16 +40,8 @@ if str(REPO) not in sys.path:
 
 import httpx  # noqa: E402
 
+from tests.support.real_server import owner_lanes as ol  # noqa: E402
 from tests.support.real_server.model import GSM8K_TRAIN, build_tiny_model  # noqa: E402
-from tests.support.real_server.owner_lanes import (  # noqa: E402
-    PAGE,
-    complete,
-    flush,
-    interleaved_config,
-    ledger_problems,
-    ledgers,
-    metric_sums,
-)
 from tests.support.real_server.server import running_server  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -102,16 +94,16 @@ def already_prefilled(order: list[str], tokenizer) -> list[int]:
                     break
                 n += 1
             best = max(best, n)
-        out.append(min(best, len(cur) - 1) // PAGE * PAGE)
+        out.append(min(best, len(cur) - 1) // ol.PAGE * ol.PAGE)
     return out
 
 
 def replay(server, order: list[str], concurrency: int) -> tuple[list, float]:
     with httpx.Client(timeout=600) as client:
-        flush(client, server.url)
+        ol.flush(client, server.url)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(concurrency) as pool:
-            answers = list(pool.map(lambda p: complete(client, server.url, p), order))
+            answers = list(pool.map(lambda p: ol.complete(client, server.url, p), order))
         return answers, time.perf_counter() - t0
 
 
@@ -119,21 +111,21 @@ def cold_answers(server, order: list[str]) -> list:
     with httpx.Client(timeout=600) as client:
         out = []
         for prompt in order:
-            flush(client, server.url)
-            out.append(complete(client, server.url, prompt))
-        flush(client, server.url)
+            ol.flush(client, server.url)
+            out.append(ol.complete(client, server.url, prompt))
+        ol.flush(client, server.url)
     return out
 
 
 def measure(server, order, prefilled, cold, concurrency) -> dict:
     with httpx.Client(timeout=60) as client:
-        before = metric_sums(client.get(f"{server.url}/metrics").text)
+        before = ol.metric_sums(client.get(f"{server.url}/metrics").text)
         answers, wall = replay(server, order, concurrency)
-        flush(client, server.url)
-        after = metric_sums(client.get(f"{server.url}/metrics").text)
-    found = ledgers(server.log_text())
+        ol.flush(client, server.url)
+        after = ol.metric_sums(client.get(f"{server.url}/metrics").text)
+    found = ol.ledgers(server.log_text())
     start = found[0]["before"]
-    problems = [p for entry in found[-2:] for p in ledger_problems(entry, start)]
+    problems = [p for entry in found[-2:] for p in ol.ledger_problems(entry, start)]
     loads0, loads1 = found[-2]["before"]["load_backs"], found[-1]["before"]["load_backs"]  # the run's two flushes
     delta = lambda name: after.get(name, 0.0) - before.get(name, 0.0)  # noqa: E731
     return {
@@ -175,7 +167,7 @@ def bench(args) -> dict:
     cells, colds = [], {}  # cold answers per seed: a flushed pool's answer does not depend on its size
     for tokens in args.tokens_per_class:
         with log_dir(args.logs) as logs:
-            configs = {side: interleaved_config(side == "overlay", tokens, shards=args.shards) for side in SIDES}
+            configs = {side: ol.interleaved_config(side == "overlay", tokens, shards=args.shards) for side in SIDES}
             with (
                 running_server(configs["overlay"], logs, model, timeout_s=args.launch_timeout) as ov,
                 running_server(configs["upstream"], logs, model, timeout_s=args.launch_timeout) as up,
@@ -203,7 +195,7 @@ def bench(args) -> dict:
 def config(args) -> dict:
     return {
         "shards": args.shards,
-        "page_size": PAGE,
+        "page_size": ol.PAGE,
         "conversations": args.conversations,
         "turns": args.turns,
         "seeds": args.seed,
@@ -269,8 +261,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.shards < 2 or args.conversations < 1 or args.turns < 1 or args.repeats < 1 or args.concurrency < 1:
         parser.error("--shards must be >= 2; --conversations, --turns, --repeats, --concurrency >= 1")
-    if any(t < PAGE or t % PAGE for t in args.tokens_per_class):
-        parser.error(f"--tokens-per-class must be positive multiples of the page ({PAGE})")
+    if any(t < ol.PAGE or t % ol.PAGE for t in args.tokens_per_class):
+        parser.error(f"--tokens-per-class must be positive multiples of the page ({ol.PAGE})")
     if args.quick:
         args.seed, args.conversations, args.turns, args.repeats = args.seed[:1], 6, 3, 2
     require_sglang(">=0.5.23", "bench_serving_hicache", "It needs upstream's page-interleaved allocator (0.5.23).")
