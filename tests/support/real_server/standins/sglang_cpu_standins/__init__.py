@@ -21,6 +21,8 @@ upstream's own code. The plugin is found through ``sglang_cpu_standins-0.1.dist-
 on ``PYTHONPATH``: ``SGLANG_PLUGINS=cpu_standins`` gives pure upstream, ``cpu_standins,sglang_overlay`` the
 overlay, so both runs carry the same stand-ins. ``STATS`` counts copies (pages, calls) per process.
 Cost: one slice copy per page and layer (pages are ``--page-size`` tokens).
+Opt-in, ``SGLANG_CPU_STANDINS_PAGE_INTERLEAVE=N``: upstream's page-interleaved allocator and host pool on one
+rank (``page_interleave.py``, a further stand-in with its own limits).
 """
 
 from __future__ import annotations
@@ -85,3 +87,8 @@ def load() -> None:
     common.ALLOC_MEMORY_FUNCS["cpu"] = alloc_unpinned
     mha.transfer_kv_direct = transfer_kv_direct
     logger.info("sglang-cpu-standins: unpinned host pool + per-page transfer_kv_direct stand-ins active")
+    from sglang_cpu_standins import page_interleave
+
+    n = page_interleave.shard_size()
+    if n:  # opt-in only (SGLANG_CPU_STANDINS_PAGE_INTERLEAVE=N)
+        page_interleave.install(n)
