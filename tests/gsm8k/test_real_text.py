@@ -82,20 +82,27 @@ def test_what_real_models_write_is_scored_and_every_answer_recorded(stand_in_ser
     assert records[3]["extracted_by"] == "invalid" and summary["invalid_count"] == 1
 
 
+def _scoring_fails_at(monkeypatch, nth: int, exc: Exception) -> list[int]:
+    """The runner's scorer raises ``exc`` on its ``nth`` call (a stand-in for any bug inside the run); returns
+    the question ids scored, in order, the failing one included."""
+    real_score, calls = report.score, []
+
+    def score(problem, out):
+        calls.append(out.index)
+        if len(calls) == nth:
+            raise exc
+        return real_score(problem, out)
+
+    monkeypatch.setattr(report, "score", score)
+    return calls
+
+
 def test_an_error_inside_the_runner_is_exit_2_and_keeps_the_answers_so_far(
     stand_in_server, monkeypatch, capsys, tmp_path
 ):
     """A bug while scoring the sixth answer (any exception inside the run): exit 2 with the reason last, never
     1 (accuracy below the bar); the five answers before it are in results.jsonl; summary.json says incomplete."""
-    real_score, calls = report.score, []
-
-    def score(problem, out):
-        calls.append(out.index)
-        if len(calls) == 6:
-            raise ArithmeticError("a bug the scorer did not foresee")
-        return real_score(problem, out)
-
-    monkeypatch.setattr(report, "score", score)
+    calls = _scoring_fails_at(monkeypatch, 6, ArithmeticError("a bug the scorer did not foresee"))
     code, last = _run(capsys, tmp_path, 20)
     assert code == 2, last
     assert last.startswith(
@@ -104,27 +111,16 @@ def test_an_error_inside_the_runner_is_exit_2_and_keeps_the_answers_so_far(
     assert [r["id"] for r in _lines(tmp_path / "results.jsonl")] == calls[:5] == [0, 1, 2, 3, 4]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["incomplete"] is True and summary["answered"] == [5] and summary["num_questions_selected"] == 20
-    assert summary["num_questions"] == 5 and summary["verdict"] == {
-        "exit_code": 2,
-        "reason": last.split("; answers")[0],
-    }
+    assert summary["num_questions"] == 5
+    assert summary["verdict"] == {"exit_code": 2, "reason": last.split("; answers")[0]}
 
 
 def test_a_paired_run_journals_both_sides_as_they_arrive(stand_in_server, monkeypatch, capsys, tmp_path):
     """With --against, B's answers go to results_b.jsonl as they come too; a crash keeps both sides: every
     answer scored before or after the failing one (the other side runs on until the loop stops) is on disk."""
-    real_score, calls = report.score, []
-
-    def score(problem, out):
-        calls.append(out.index)
-        if len(calls) == 9:
-            raise RuntimeError("boom")
-        return real_score(problem, out)
-
-    monkeypatch.setattr(report, "score", score)
+    calls = _scoring_fails_at(monkeypatch, 9, RuntimeError("boom"))
     code, last = _run(capsys, tmp_path, 10, "--against", "http://stand-in-b", "--max-flips", "0")
     a, b = _lines(tmp_path / "results.jsonl"), _lines(tmp_path / "results_b.jsonl")
     assert code == 2 and "RuntimeError: boom" in last
-    assert len(a) + len(b) == len(calls) - 1 >= 8 and json.loads((tmp_path / "summary.json").read_text())[
-        "answered"
-    ] == [len(a), len(b)]
+    assert len(a) + len(b) == len(calls) - 1 >= 8
+    assert json.loads((tmp_path / "summary.json").read_text())["answered"] == [len(a), len(b)]

