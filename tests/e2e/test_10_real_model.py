@@ -29,12 +29,13 @@ from tests.gsm8k.full_splits import needs_full_gsm8k
 from tests.support.real_server.model import REPO
 from tests.support.real_server.probes import greedy_texts
 from tests.support.real_server.server import ServerConfig
-from tests.support.real_server.smollm2 import RealModelError, build_real_model
+from tests.support.real_server.smollm2 import SERVER_ARGS, RealModelError, build_real_model
 
 pytestmark = pytest.mark.e2e
 
-UPSTREAM = ServerConfig(overlay=False)  # keys in this module's own pool: its model differs from the session's
-OVERLAY = ServerConfig(overlay=True)
+# keys in this module's own pool: its model differs from the session's
+UPSTREAM = ServerConfig(overlay=False, extra_args=SERVER_ARGS)
+OVERLAY = ServerConfig(overlay=True, extra_args=SERVER_ARGS)
 QUESTIONS = 20
 MAX_TOKENS = 160  # a worked GSM8K answer of this model is 40-150 tokens; the stop sequences end most earlier
 PROMPTS = ("The capital of France is", "Natalia sold clips to 48 of her friends in April,", "def fibonacci(n):")
