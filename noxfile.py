@@ -42,7 +42,19 @@ PYTEST = ("-m", "pytest", "-p", "no:cacheprovider")
 E2E = "tests/e2e/test_{}.py".format
 INSTALL_E2E = tuple(map(E2E, ("00_standins", "02_tokenizer_workers")))  # served from the wheel
 DEFAULT_PIN_E2E = tuple(  # tests/e2e/test_07_demo.py is marked slow: the demo script, outside CI
-    map(E2E, ("01_launch", "03_abort_matrix", "04_gsm8k", "05_fuzz", "06_hicache", "08_cluster", "09_owner_lanes_live"))
+    map(
+        E2E,
+        (
+            "01_launch",
+            "03_abort_matrix",
+            "04_gsm8k",
+            "05_fuzz",
+            "06_hicache",
+            "08_cluster",
+            "09_owner_lanes_live",
+            "10_real_model",  # last: it stops the session's tiny-model pool to make room for its own servers
+        ),
+    )
 )
 # process entry on the older pin (main, schedulers, workers), and its own hook point of cluster-consistency
 # (bootstrap.init_torch_distributed) in real multi-rank servers: --tp-size 2, two nodes, DP attention

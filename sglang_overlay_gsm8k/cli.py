@@ -27,15 +27,15 @@ import argparse
 import asyncio
 import dataclasses
 import hashlib
-import json
 import os
 import sys
 import time
+import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
 from sglang_overlay.version import __version__
-from sglang_overlay_gsm8k import data, extra, paired, prompts, report
+from sglang_overlay_gsm8k import data, extra, journal, paired, prompts, report
 
 DEFAULT_BASE_URL = "http://127.0.0.1:30000"
 
@@ -172,7 +172,7 @@ def _run_config(args: argparse.Namespace, cfg, dataset, ids: list[int], selectio
     }
 
 
-def _ask_all(cfgs: list, body_for, ids: list[int], by_index: dict, no_progress: bool):
+def _ask_all(cfgs: list, body_for, ids: list[int], by_index: dict, no_progress: bool, log: journal.Journal):
     """Ask every question of every server in ``cfgs`` (A, then B when paired), all servers at once and each in
     question order, so load and time fall on them alike; Ctrl-C keeps the answers so far and records the rest
     as interrupted. Returns (one record list per server, in ``ids`` order; wall seconds; interrupted)."""
@@ -186,6 +186,7 @@ def _ask_all(cfgs: list, body_for, ids: list[int], by_index: dict, no_progress: 
         def done(out: Outcome) -> None:
             rec = report.score(by_index[out.index], out)
             records[side][out.index] = rec
+            log.append(side, rec)
             tally["correct"] += rec.correct
             tally["errors"] += rec.error is not None
             tally["done"] += 1
@@ -216,8 +217,9 @@ def _ask_all(cfgs: list, body_for, ids: list[int], by_index: dict, no_progress: 
     return [[side[i] for i in ids] for side in records], wall, interrupted
 
 
-def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | None]:
-    """Load, run, score; returns (summary, records, baseline). Raises ValueError/DataError/RunnerError."""
+def run(args: argparse.Namespace, log: journal.Journal) -> tuple[dict, list[report.Record], dict | None]:
+    """Load, run, score, each answer into ``log`` as it comes; returns (summary, records, baseline).
+    Raises ValueError/DataError/RunnerError."""
     from sglang_overlay_gsm8k.client import ClientConfig, discover_model
 
     baseline = report.load_baseline(args.baseline) if args.baseline else None
@@ -259,9 +261,13 @@ def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | Non
     selection = f"sample of {args.sample} (seed {sample_seed})" if args.sample is not None else f"first {len(chosen)}"
     configs = [_run_config(args, side, dataset, ids, selection) for side in cfgs]
     saved = paired.load_saved(args.paired_with, configs[0]) if args.paired_with else None
-    runs, wall, interrupted = _ask_all(
-        cfgs, _body_maker(args, train[: args.num_shots], by_index), ids, by_index, args.no_progress
-    )
+    log.start(configs, len(ids), time.perf_counter())
+    try:
+        runs, wall, interrupted = _ask_all(
+            cfgs, _body_maker(args, train[: args.num_shots], by_index), ids, by_index, args.no_progress, log
+        )
+    finally:
+        log.close()
     summary = report.summarize(runs[0], wall, configs[0])
     summary["interrupted"] = interrupted
     if len(runs) == 2:
@@ -278,31 +284,6 @@ def run(args: argparse.Namespace) -> tuple[dict, list[report.Record], dict | Non
     return summary, runs[0], baseline
 
 
-def write_outputs(
-    out_dir: Path,
-    summary: dict,
-    records: list[report.Record],
-    baseline: dict | None,
-    verdict_line: str,
-    b_records: list[report.Record] | None = None,
-) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report.write_records(out_dir / "results.jsonl", records)
-    written = [out_dir / "results.jsonl"]
-    if b_records is not None and "source" not in summary.get("b", {}):  # a saved B stays where it is
-        report.write_records(out_dir / "results_b.jsonl", b_records)
-        written.append(out_dir / "results_b.jsonl")
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    text = report.markdown(summary, records, verdict_line)
-    if "paired" in summary:
-        text += paired.markdown(summary)
-    (out_dir / "report.md").write_text(text)
-    written += [out_dir / "summary.json", out_dir / "report.md", *report.plot(out_dir, records, summary, baseline)]
-    if b_records is not None:
-        written.append(paired.plot(out_dir / "paired.png", records, b_records))
-    return written
-
-
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -315,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         return report.INCOMPLETE
     from sglang_overlay_gsm8k.client import RunnerError
 
+    log = journal.Journal(Path(args.output) if args.output else None)
     try:
         _check_args(args)
         if args.output:  # find an unwritable --output now, not after an hour of requests
@@ -324,10 +306,26 @@ def main(argv: list[str] | None = None) -> int:
                 (Path(args.output) / ".write-test").unlink()
             except OSError as exc:
                 raise ValueError(f"--output {args.output}: not a writable directory ({exc})") from exc
-        summary, records, baseline = run(args)
+        summary, records, baseline = run(args, log)
+        return _finish(args, console, summary, records, baseline)
     except (ValueError, data.DataError, RunnerError) as exc:  # paired.PairingError is a ValueError
         print(f"sglang-overlay gsm8k: {exc}", flush=True)
         return report.INCOMPLETE
+    except (Exception, KeyboardInterrupt) as exc:  # a bug or a late Ctrl-C is exit 2 with its reason, never 1
+        if isinstance(exc, KeyboardInterrupt):
+            reason = "INCOMPLETE: interrupted (Ctrl-C) outside the questions; no verdict"
+        else:
+            traceback.print_exc(file=sys.stderr)
+            reason = f"INCOMPLETE: internal error in the runner: {type(exc).__name__}: {exc}"
+        kept = log.crashed(reason, time.perf_counter())
+        if kept is not None:
+            reason += f"; answers so far and an incomplete summary are in {args.output}"
+        print(reason, flush=True)
+        return report.INCOMPLETE
+
+
+def _finish(args: argparse.Namespace, console, summary: dict, records: list, baseline: dict | None) -> int:
+    """The verdict of a finished run: tables, files, the reason printed last; returns the exit code."""
     b_records = summary.pop("_b_records", None)
     code, reason = report.verdict(
         summary,
@@ -341,12 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         paired_code, paired_reason = paired.verdict(summary["paired"], code, b_code, args.alpha, args.max_flips)
         a_failed = code == report.REGRESSION and paired_code != report.INCOMPLETE
         code, reason = max(code, paired_code), paired_reason + (f"; A alone: {reason}" if a_failed else "")
+    summary["incomplete"] = code == report.INCOMPLETE
     summary["verdict"] = {"exit_code": code, "reason": reason}
     report.print_table(summary, console)
     if "paired" in summary:
         paired.print_table(summary["paired"], console)
     if args.output:
-        written = write_outputs(Path(args.output), summary, records, baseline, reason, b_records)
+        written = journal.write_outputs(Path(args.output), summary, records, baseline, reason, b_records)
         console.print(f"wrote {', '.join(p.name for p in written)} to {args.output}")
     print(reason, flush=True)
     return code

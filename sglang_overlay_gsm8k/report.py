@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -232,12 +232,6 @@ def print_table(summary: dict, console) -> None:
     for label, value in summary_rows(summary):
         table.add_row(label, value)
     console.print(table)
-
-
-def write_records(path: Path, records: list[Record]) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
 
 
 def markdown(summary: dict, records: list[Record], verdict_line: str | None) -> str:

@@ -6,6 +6,9 @@ a currency sign, a sign (``-``, the Unicode minus), a decimal part, a trailing
 period or percent sign. Comparison is numeric and exact (``Decimal``), so "18.00"
 equals "18" and "1,000" equals "1000".
 
+Any text scores without an exception, however long its numbers or the text itself (a property
+test holds the scorer to that); values are exact at any length (never rounded to a context's precision).
+
 Invariant: every gold answer of the published splits extracts to its own ``#### N``
 (tested on the whole of both splits where they are present). Cost: a few regex
 scans per output; standard library only.
@@ -44,7 +47,7 @@ def _numbers(text: str) -> list[Decimal]:
             value = Decimal(digits)
         except InvalidOperation:  # pragma: no cover - the pattern only matches decimal literals
             continue
-        found.append(-value if negative else value)
+        found.append(value.copy_negate() if negative else value)  # exact: unary minus rounds to 28 digits
     return found
 
 
@@ -68,15 +71,24 @@ def gold_answer(answer: str) -> Decimal:
     return value
 
 
+def _number_after(output: str, start: int) -> Decimal | None:
+    """The first number starting within 40 characters of ``start`` on its line, read to its last digit
+    however long it is (the window grows over a number it cuts, so the cost stays that number's length)."""
+    end = min(start + 40, len(output))
+    while end < len(output) and (output[end].isdecimal() or output[end] in ",."):
+        end += 1
+    return first_number(output[start:end].split("\n", 1)[0])
+
+
 def extract_prediction(output: str) -> tuple[Decimal | None, str]:
     """(value, how) where how is "####", "answer-is", "last-number" or "invalid"."""
     for m in _HASHES.finditer(output):
-        value = first_number(output[m.end() : m.end() + 40].split("\n", 1)[0])
+        value = _number_after(output, m.end())
         if value is not None:
             return value, "####"
     matches = list(_THE_ANSWER_IS.finditer(output))
     for m in reversed(matches):
-        value = first_number(output[m.end() : m.end() + 40].split("\n", 1)[0])
+        value = _number_after(output, m.end())
         if value is not None:
             return value, "answer-is"
     value = last_number(output)
@@ -90,9 +102,14 @@ def same_number(a: Decimal | None, b: Decimal | None) -> bool:
 
 
 def format_number(value: Decimal | None) -> str | None:
-    """A canonical string for JSON: integers without exponent or trailing zeros."""
+    """A canonical string for JSON: integers without exponent or trailing zeros, decimals without trailing
+    zeros. Exact at any length: it formats the digits themselves, never through a context's precision
+    (``quantize``/``normalize`` round or raise past 28 digits, and real models write longer numbers)."""
     if value is None:
         return None
-    if value == value.to_integral_value():
-        return str(value.quantize(Decimal(1)))
-    return format(value.normalize(), "f")
+    if not value.is_finite():  # pragma: no cover - the pattern only matches finite decimal literals
+        return str(value)
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_overlay_gsm8k import data, report
+from sglang_overlay_gsm8k import data, journal, report
 from sglang_overlay_gsm8k.client import Outcome
 from tests.conftest import GSM8K_DIR
 
@@ -127,7 +127,7 @@ def test_files(test_split, tmp_path):
     s = report.summarize(records, wall_s=2.0, config={"mode": "completions", "model": "m"})
     md = report.markdown(s, records, "FAIL: something")
     assert "**FAIL: something**" in md and "## Invalid (no number): 2" in md and "8 (503)" in md
-    report.write_records(tmp_path / "r.jsonl", records)
+    journal.write_records(tmp_path / "r.jsonl", records)
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert len(rows) == 40
     assert {"id", "question", "gold", "prediction", "output", "latency_s", "completion_tokens", "error"} <= set(rows[0])

@@ -4,7 +4,7 @@ import json
 from decimal import Decimal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_overlay_gsm8k.scoring import (
@@ -134,3 +134,59 @@ def test_decimals_round_trip_and_format(d):
     value = extract_prediction(f"#### {text}")[0]
     assert value == d
     assert Decimal(format_number(value)) == d
+
+
+# ----- whatever a model writes scores without an exception ------------------------------------------------
+
+HOWS = {"####", "answer-is", "last-number", "invalid"}
+_TEXTY = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from("0123456789,.$-−#\n eE"), max_size=400)
+
+
+def _scores(output: str) -> Decimal | None:
+    value, how = extract_prediction(output)
+    assert how in HOWS
+    assert (value is None) == (how == "invalid")
+    written = format_number(value)
+    if value is not None:
+        assert Decimal(written) == value and written.isascii()  # exact, at any length
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=600) | _TEXTY)
+def test_any_text_scores(output):
+    _scores(output)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.sampled_from(["#### {}", "The answer is {}.", "so the total is {} apples", "{}"]),
+    st.booleans(),
+)
+def test_integers_of_any_length_are_read_exactly(n, phrase, grouped):
+    digits = f"{abs(n):,}" if grouped else str(abs(n))
+    assert _scores(phrase.format(("-" if n < 0 else "") + digits)) == n
+    assert format_number(Decimal(n)) == str(n)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.characters(categories=["Nd"]), min_size=1, max_size=80))
+def test_digits_of_any_script_are_read_as_their_value(digits):
+    assert _scores(f"#### {digits}") == Decimal(int(digits))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.decimals(allow_nan=False, allow_infinity=False), st.integers(min_value=0, max_value=400))
+def test_exponents_and_long_decimals_score(d, exponent):
+    _scores(f"The answer is {d}")  # Decimal's own spelling, exponents included ("1E+400")
+    _scores(f"#### 1e{exponent} and 1E-{exponent}")
+
+
+@pytest.mark.parametrize("size", [20_000, 200_000])
+def test_outputs_of_many_thousand_characters(size):
+    words = ("Step 12: add 3,456 to 7.5 and carry " * (size // 36 + 1))[:size]
+    assert _scores(words + " #### 42") == 42
+    assert _scores("#### " * (size // 5)) is None
+    assert _scores("answer is " + "9" * size) == Decimal("9" * size)  # past int()'s 4,300-digit limit
+    assert _scores(words) is not None

@@ -112,18 +112,18 @@ def _build_model(out: Path, tokenizer) -> None:
     ).save_pretrained(out)
 
 
-def build_tiny_model(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The tiny model's directory: ``<cache_dir or ~/.cache/sglang-overlay>/tiny-model-<hash>``, built if absent."""
-    root = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
-    target = root / f"tiny-model-{build_key()}"
+def build_once(target: Path, build, marker: str) -> Path:
+    """``target`` built by ``build(staging)`` in a staging directory beside it, ``.complete`` (``marker``) written
+    last and the whole renamed into place: a build interrupted half-way is rebuilt, never served."""
     if (target / ".complete").is_file():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=root))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        tokenizer = _build_tokenizer(staging)
-        _build_model(staging, tokenizer)
-        (staging / ".complete").write_text(build_key() + "\n")
+        build(staging)
+        (staging / ".complete").write_text(marker + "\n")
+        if target.exists() and not (target / ".complete").is_file():
+            shutil.rmtree(target)  # left by an interrupted build of another layout: never served
         try:
             staging.rename(target)
         except OSError:  # another process finished the same build first: theirs is identical
@@ -132,6 +132,16 @@ def build_tiny_model(cache_dir: str | os.PathLike | None = None) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def build_tiny_model(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The tiny model's directory: ``<cache_dir or ~/.cache/sglang-overlay>/tiny-model-<hash>``, built if absent."""
+    root = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
+
+    def build(staging: Path) -> None:
+        _build_model(staging, _build_tokenizer(staging))
+
+    return build_once(root / f"tiny-model-{build_key()}", build, build_key())
 
 
 if __name__ == "__main__":

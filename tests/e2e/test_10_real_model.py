@@ -1,0 +1,126 @@
+"""A real model on the CPU (SmolLM2-135M-Instruct, ``scripts/real_model.py``): the patch set changes no answer.
+
+The tiny random-weight model of the other modules compares noise with noise; here two real servers on a real
+model, pristine upstream (A) and patched (B), answer GSM8K through ``sglang-overlay gsm8k --against``, greedy,
+``--max-flips 0``: every extracted answer and every output text must be the same, and both accuracies are
+recorded (``real-model-ab.json`` in the e2e log directory, and printed). The same two servers then answer a
+handful of greedy prompts with the same texts.
+
+The model is built here (session-scoped, cached in ``~/.cache/sglang-overlay``: about a minute on 2 idle cores
+the first time); the module is skipped, with the reason, only where the package registry cannot be reached.
+``--tp-size 2`` cannot serve this model (9 attention heads, 3 KV heads: SGLang's Llama asserts the heads
+divide by the TP size), so tensor-parallel equality stays on the tiny model (test_08_cluster.py).
+The tiny model's servers are stopped first: the CPU and memory go to these two.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import full_gsm8k_dir
+from tests.e2e.conftest import ServerPool
+from tests.gsm8k.full_splits import needs_full_gsm8k
+from tests.support.real_server.model import REPO
+from tests.support.real_server.probes import greedy_texts
+from tests.support.real_server.server import ServerConfig
+from tests.support.real_server.smollm2 import SERVER_ARGS, RealModelError, build_real_model
+
+pytestmark = pytest.mark.e2e
+
+# keys in this module's own pool: its model differs from the session's
+UPSTREAM = ServerConfig(overlay=False, extra_args=SERVER_ARGS)
+OVERLAY = ServerConfig(overlay=True, extra_args=SERVER_ARGS)
+QUESTIONS = 20
+MAX_TOKENS = 160  # a worked GSM8K answer of this model is 40-150 tokens; the stop sequences end most earlier
+PROMPTS = ("The capital of France is", "Natalia sold clips to 48 of her friends in April,", "def fibonacci(n):")
+
+
+@pytest.fixture(scope="module")
+def real_model():
+    try:
+        return build_real_model()
+    except RealModelError as exc:
+        if exc.unreachable:
+            pytest.skip(f"the real model cannot be fetched here: {exc}")
+        raise
+
+
+@pytest.fixture(scope="module")
+def real_pool(server_pool, e2e_log_dir, real_model):
+    server_pool.close()  # the tiny model's servers; a later module gets them back on demand
+    pool = ServerPool(e2e_log_dir, real_model)
+    yield pool
+    pool.close()
+    print(f"\n[e2e] real-model launches (config, seconds to ready): {pool.launches}")
+    assert not pool.orphans, f"processes survived their server's stop and had to be killed by pid: {pool.orphans}"
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _ab(pool: ServerPool, out: Path, questions: int, data_dir: Path) -> dict:
+    """``sglang-overlay gsm8k`` A (pristine) against B (patched), greedy, ``--max-flips 0``: exit 0, no answer and no
+    text changed; returns the figures (also written to ``out/figures.json``)."""
+    upstream, overlay = pool.get(UPSTREAM), pool.get(OVERLAY)
+    # this checkout's runner (the console script is the installed copy; CI installs this checkout's as a wheel)
+    cmd = [sys.executable, "-m", "sglang_overlay", "gsm8k", "--base-url", upstream.url, "--against", overlay.url]
+    cmd += ["--data-dir", str(data_dir), "--num-questions", str(questions), "--max-tokens", str(MAX_TOKENS)]
+    cmd += ["--parallel", "8", "--max-flips", "0", "--output", str(out), "--no-download", "--no-progress"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=36000, cwd=REPO)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    a, b = _records(out / "results.jsonl"), _records(out / "results_b.jsonl")
+    p = summary["paired"]
+    figures = {
+        "questions": questions,
+        "accuracy_upstream": summary["accuracy"],
+        "accuracy_overlay": summary["b"]["accuracy"],
+        "accuracy_95ci_wilson": wilson(summary["correct"], questions),
+        "agreement": p["agreement"],
+        "changed": len(p["changed"]),
+        "flipped": len(p["flipped"]),
+        "wall_s": summary["wall_s"],
+        "output_tokens": summary["output_tokens"] + summary["b"]["output_tokens"],
+    }
+    (out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"\n[e2e] real-model GSM8K A/B: {figures}")
+    assert p["n"] == questions and p["excluded"] == 0 and p["changed"] == [] and p["flipped"] == []
+    assert summary["error_count"] == summary["b"]["error_count"] == 0
+    assert [r["output"] for r in a] == [r["output"] for r in b]  # not only the answers: the very texts
+    # a real model: it writes numbers and ends its answers (noise would run to max_tokens with no answer)
+    assert sum(r["extracted_by"] != "invalid" for r in a) >= questions // 2, [r["output"][:80] for r in a]
+    assert sum(r["finish_reason"] == "stop" for r in a) >= questions // 2
+    return figures
+
+
+def wilson(correct: int, n: int, z: float = 1.96) -> list[float]:
+    """The Wilson score interval of an accuracy (sound at small n and near 0, where this model's accuracy is)."""
+    phat, denom = correct / n, 1 + z * z / n
+    centre, half = (phat + z * z / (2 * n)) / denom, z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denom
+    return [round(centre - half, 4), round(centre + half, 4)]
+
+
+def test_gsm8k_ab_on_a_real_model_changes_no_answer(real_pool, e2e_log_dir, tmp_path):
+    figures = _ab(real_pool, tmp_path / "ab", QUESTIONS, REPO / "tests" / "data" / "gsm8k")
+    (e2e_log_dir / "real-model-ab.json").write_text(json.dumps(figures, indent=2) + "\n")
+
+
+@pytest.mark.slow  # 200 questions on both servers: about an hour on 2 loaded cores
+@needs_full_gsm8k("200 questions: the fixture has 60")
+def test_gsm8k_ab_on_a_real_model_200_questions(real_pool, e2e_log_dir, tmp_path):
+    figures = _ab(real_pool, tmp_path / "ab200", 200, full_gsm8k_dir())
+    (e2e_log_dir / "real-model-ab-200.json").write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def test_greedy_texts_on_a_real_model_equal_upstream(real_pool):
+    upstream, overlay = real_pool.get(UPSTREAM), real_pool.get(OVERLAY)
+    want = greedy_texts(upstream.url, PROMPTS, max_tokens=16)
+    assert "Paris" in want["The capital of France is"], want  # a real model, not noise
+    assert greedy_texts(overlay.url, PROMPTS, max_tokens=16) == want
