@@ -6,7 +6,7 @@ rank's rows (interleaved through the batch, as lane-slot compute padding puts
 them), on upstream's own ``DeepseekV2MoE`` of the installed pin (real gate, grouped
 top-k, shared experts; 0.5.20 or 0.5.23, each with its own hook) with the CPU
 stand-ins for DeepEP's dispatcher and experts from ``tests/support/moe_standins.py``
-(``moe_standins_0523.py`` builds 0.5.23's layer; it runs on the CPU):
+(``moe_standins_0523.py`` builds 0.5.23's layer; either runs on the CPU or on CUDA):
 
 - ``moe_padded_s``: upstream ``forward_deepep`` fed every row, dummies included;
 - ``moe_compact_s``: upstream ``forward_deepep`` on the valid rows alone;
@@ -238,14 +238,9 @@ def _layer_of_installed_pin(args, device, dtype):
     from packaging.version import Version
 
     if Version(installed.installed_sglang_version()) >= Version("0.5.23"):
-        if device.type != "cpu":
-            raise SystemExit(
-                "bench_moe_compaction.py: the whole layer on sglang 0.5.23 runs on the CPU here "
-                "(its stand-ins publish a CPU world); --boundary-only measures the boundary on CUDA"
-            )
         from tests.support.moe_standins_0523 import build_moe, upstream_forward_deepep
 
-        moe, _ = build_moe(shape, dtype=dtype, record=False)
+        moe, _ = build_moe(shape, dtype=dtype, record=False, device=device)
         return moe, upstream_forward_deepep(), _boundary_hook_of_installed_release()
     from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
 
