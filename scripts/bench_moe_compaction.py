@@ -13,7 +13,9 @@ stand-ins for DeepEP's dispatcher and experts from ``tests/support/moe_standins.
 - ``compaction_s``: the patch's own work, i.e. the real boundary hook around a
   body that does nothing: index preparation (once per forward, counted here on
   every call), gather, zero-filled scatter;
-- ``patched_s``: the patched ``forward_deepep`` end to end on the padded rows;
+- ``patched_s``: the patched ``forward_deepep`` end to end on the padded rows (the pin's hook around
+  upstream's function, as the installed wrapper calls it; no ``apply()``, so no process-start hook is
+  needed, e.g. on the GPU check's device);
 - ``net_speedup`` = ``moe_padded_s / patched_s``.
 
 ``identity_overhead_s`` is what the hook adds when there is nothing to compact.
@@ -227,11 +229,9 @@ def run_boundary_only(args, device, dtype) -> dict:
 def _layer_of_installed_pin(args, device, dtype):
     """Upstream's own ``DeepseekV2MoE`` of the installed pin with the DeepEP stand-ins, its unhooked
     ``forward_deepep`` and the pin's boundary hook: ``(moe, upstream, hook)``."""
-    import sglang_overlay
     from sglang_overlay.core import installed
     from tests.support.moe_standins import MoeShape
 
-    sglang_overlay.apply()
     shape = MoeShape(
         hidden=args.hidden, experts=args.experts, top_k=args.top_k, n_group=8, topk_group=4, inter=args.inter
     )
@@ -247,7 +247,8 @@ def _layer_of_installed_pin(args, device, dtype):
     from tests.support.moe_standins import build_deepseek_moe
 
     moe, _ = build_deepseek_moe(shape, dtype=dtype, device=str(device), record=False)
-    return moe, DeepseekV2MoE.forward_deepep.__wrapped__, _boundary_hook_of_installed_release()
+    upstream = getattr(DeepseekV2MoE.forward_deepep, "__wrapped__", DeepseekV2MoE.forward_deepep)
+    return moe, upstream, _boundary_hook_of_installed_release()
 
 
 def _boundary_hook_of_installed_release():
@@ -301,7 +302,7 @@ def run_full(args, device, dtype) -> dict:
                         "moe_padded_s": (lambda fb: upstream(moe, x, fb), lambda: batch(args.rows)),
                         "moe_compact_s": (lambda fb: upstream(moe, compact_x, fb), lambda: batch(n_valid)),
                         "compaction_s": (lambda fb: hook(nothing, moe, x, fb), fresh),
-                        "patched_s": (lambda fb: moe.forward_deepep(x, fb), fresh),
+                        "patched_s": (lambda fb: hook(upstream, moe, x, fb), fresh),
                     },
                     device,
                     args.repeats,
