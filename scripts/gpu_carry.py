@@ -188,10 +188,10 @@ def build(out: Path, python: str) -> dict:
     if out.exists():
         shutil.rmtree(out)
     (out / "wheels").mkdir(parents=True)
-    closure = sglang_closure(site, project_roots() | {m for m in TRACE_IMPORTS if m.startswith("sglang")})
     with tempfile.TemporaryDirectory() as tmp:
         traced = trace(python, Path(tmp) / "trace.json")
-    closure.update(sglang_closure(site, [m for m in traced if m.split(".")[0] == "sglang"]))
+    roots = project_roots() | {m for m in [*TRACE_IMPORTS, *traced] if m.split(".")[0] == "sglang"}
+    closure = sglang_closure(site, roots)  # one walk: every file parsed once
     with tarfile.open(out / "sglang-src.tar.gz", "w:gz") as tar:
         for path in sorted(set(closure.values())):
             tar.add(path, arcname=str(path.relative_to(site)))
