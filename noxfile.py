@@ -21,7 +21,8 @@ is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
   build``, the wheel installed into an environment nox builds with plain ``pip install sglang==<default>``
   (upstream's full dependency set, not the project's script), ``sglang-overlay check``, then the real-server
   module of the install served from that environment with the installed wheel in every server process,
-  tokenizer workers included (``SGLANG_OVERLAY_TEST_INSTALLED=1``).
+  tokenizer workers included (``SGLANG_OVERLAY_TEST_INSTALLED=1``); then the GPU check's CPU rehearsal
+  (``scripts/gpu_check.sh --device cpu`` with the carry, in a clean Python 3.12 environment shaped like the device).
 
 Invariant: the sessions only read the checkout (logs and environments go under ``.nox/`` and ``.venv*/``).
 Cost: see the README's "Continuous integration" (each session prints its tiers' durations).
@@ -129,3 +130,19 @@ def wheel(session: nox.Session) -> None:
         *INSTALL_E2E,
         env={"SGLANG_OVERLAY_TEST_INSTALLED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
     )
+    rehearse_gpu_check(session)
+
+
+def rehearse_gpu_check(session: nox.Session) -> None:
+    """scripts/gpu_check.sh --device cpu in a clean Python 3.12 environment shaped like the device (torch and the
+    device image's packages the carry uses, linked from this session's environment; no sglang), with the carry
+    built from the default pin's environment: the device's one command, found failing here first."""
+    tmp = Path(session.create_tmp())
+    carry, venv = tmp / "gpu_carry", tmp / "gpu312"
+    session.run(str(_venv(DEFAULT) / "bin" / "python"), "scripts/gpu_carry.py", "--out", str(carry), external=True)
+    (site,) = Path(session.virtualenv.location).glob("lib/python3*/site-packages")
+    session.run("python", "scripts/gpu_rehearsal_venv.py", "--venv", str(venv), "--manifest", str(carry / "manifest.json"),
+                str(site))  # fmt: skip
+    env = {"PYTHON": str(venv / "bin" / "python"), "GPU_CARRY": str(carry), "CARRY_SITE": str(tmp / "carry_site"),
+           "OUT": str(tmp / "gpu_check")}  # fmt: skip
+    session.run("bash", "scripts/gpu_check.sh", "--device", "cpu", env=env, external=True)

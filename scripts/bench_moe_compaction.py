@@ -6,14 +6,16 @@ rank's rows (interleaved through the batch, as lane-slot compute padding puts
 them), on upstream's own ``DeepseekV2MoE`` of the installed pin (real gate, grouped
 top-k, shared experts; 0.5.20 or 0.5.23, each with its own hook) with the CPU
 stand-ins for DeepEP's dispatcher and experts from ``tests/support/moe_standins.py``
-(``moe_standins_0523.py`` builds 0.5.23's layer; it runs on the CPU):
+(``moe_standins_0523.py`` builds 0.5.23's layer; either runs on the CPU or on CUDA):
 
 - ``moe_padded_s``: upstream ``forward_deepep`` fed every row, dummies included;
 - ``moe_compact_s``: upstream ``forward_deepep`` on the valid rows alone;
 - ``compaction_s``: the patch's own work, i.e. the real boundary hook around a
   body that does nothing: index preparation (once per forward, counted here on
   every call), gather, zero-filled scatter;
-- ``patched_s``: the patched ``forward_deepep`` end to end on the padded rows;
+- ``patched_s``: the patched ``forward_deepep`` end to end on the padded rows (the pin's hook around
+  upstream's function, as the installed wrapper calls it; no ``apply()``, so no process-start hook is
+  needed, e.g. on the GPU check's device);
 - ``net_speedup`` = ``moe_padded_s / patched_s``.
 
 ``identity_overhead_s`` is what the hook adds when there is nothing to compact.
@@ -227,32 +229,26 @@ def run_boundary_only(args, device, dtype) -> dict:
 def _layer_of_installed_pin(args, device, dtype):
     """Upstream's own ``DeepseekV2MoE`` of the installed pin with the DeepEP stand-ins, its unhooked
     ``forward_deepep`` and the pin's boundary hook: ``(moe, upstream, hook)``."""
-    import sglang_overlay
     from sglang_overlay.core import installed
     from tests.support.moe_standins import MoeShape
 
-    sglang_overlay.apply()
     shape = MoeShape(
         hidden=args.hidden, experts=args.experts, top_k=args.top_k, n_group=8, topk_group=4, inter=args.inter
     )
     from packaging.version import Version
 
     if Version(installed.installed_sglang_version()) >= Version("0.5.23"):
-        if device.type != "cpu":
-            raise SystemExit(
-                "bench_moe_compaction.py: the whole layer on sglang 0.5.23 runs on the CPU here "
-                "(its stand-ins publish a CPU world); --boundary-only measures the boundary on CUDA"
-            )
         from tests.support.moe_standins_0523 import build_moe, upstream_forward_deepep
 
-        moe, _ = build_moe(shape, dtype=dtype, record=False)
+        moe, _ = build_moe(shape, dtype=dtype, record=False, device=device)
         return moe, upstream_forward_deepep(), _boundary_hook_of_installed_release()
     from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
 
     from tests.support.moe_standins import build_deepseek_moe
 
     moe, _ = build_deepseek_moe(shape, dtype=dtype, device=str(device), record=False)
-    return moe, DeepseekV2MoE.forward_deepep.__wrapped__, _boundary_hook_of_installed_release()
+    upstream = getattr(DeepseekV2MoE.forward_deepep, "__wrapped__", DeepseekV2MoE.forward_deepep)
+    return moe, upstream, _boundary_hook_of_installed_release()
 
 
 def _boundary_hook_of_installed_release():
@@ -306,7 +302,7 @@ def run_full(args, device, dtype) -> dict:
                         "moe_padded_s": (lambda fb: upstream(moe, x, fb), lambda: batch(args.rows)),
                         "moe_compact_s": (lambda fb: upstream(moe, compact_x, fb), lambda: batch(n_valid)),
                         "compaction_s": (lambda fb: hook(nothing, moe, x, fb), fresh),
-                        "patched_s": (lambda fb: moe.forward_deepep(x, fb), fresh),
+                        "patched_s": (lambda fb: hook(upstream, moe, x, fb), fresh),
                     },
                     device,
                     args.repeats,

@@ -45,6 +45,11 @@ Command (files only where --json/--png say)::
 
     cd /work/main && HF_HUB_OFFLINE=1 .venv-0.5.23/bin/python scripts/bench_owner_lanes_0523.py --quick --json /tmp/b23.json
 
+``--device cuda``: the device KV pool and the allocator's index tensors on the GPU (the host pool in host
+memory; the H2D copy through the stand-in of ``tests/support/hicache_cpu_0523.py``); each timed call ends
+with ``torch.cuda.synchronize()``, and planning runs under ``torch.cuda.set_sync_debug_mode("error")`` as well
+as the counter (a host sync raises). ``scripts/gpu_check.sh`` runs it at 10k and 100k leaves.
+
 ``--quick``: 1k and 10k leaves, 6 load-backs per tree (about a minute on 2 shared cores);
 default: 1k, 10k and 100k, 12 load-backs; ``--sizes`` overrides the sizes.
 """
@@ -113,7 +118,7 @@ def workload(num_leaves: int, num_loads: int, seed: int):
     return targets, leaves, locked
 
 
-def build_tree(num_leaves: int, num_loads: int, seed: int):
+def build_tree(num_leaves: int, num_loads: int, seed: int, device: str = "cpu"):
     """A Harness whose tree holds the workload; returns (harness, [(load node id, its keys)])."""
     import torch
     from sglang.srt.mem_cache.base_prefix_cache import InsertParams
@@ -128,7 +133,7 @@ def build_tree(num_leaves: int, num_loads: int, seed: int):
         use = [u + c for u, c in zip(use, class_counts(start, pages))]
     headroom = 2 * num_loads + 4  # free pages left on lanes that are not short
     per_rank = max(use) + headroom + 4
-    h = Harness(n=N, ps=PS, pages_per_rank=per_rank, layers=1)
+    h = Harness(n=N, ps=PS, pages_per_rank=per_rank, layers=1, device=device)
     loads = []
     for base, pages in targets:
         keys, _ = h.chain(base, pages)
@@ -219,16 +224,35 @@ def eviction_split(before, after, deficit):
 # --------------------------------------------------------------------------- one side
 
 
-def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
+def planning_counted(plan, cuda: bool):
+    """``plan()`` under the tensor-op counter; on CUDA also under ``set_sync_debug_mode("error")``, which
+    raises on any host sync (a real one, not only the ops the counter calls syncs)."""
+    import torch
+
+    from tests.support.hicache_tensor_count import count_tensor_work
+
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        with count_tensor_work() as work:
+            plan()
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(0)
+    return work
+
+
+def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int, device: str = "cpu") -> dict:
+    import torch
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
     from sglang_overlay.patches.cp_hicache_owner_lanes.unified.gate import load_back_transfers_hook
     from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import plan_load_back
     from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
-    from tests.support.hicache_tensor_count import count_tensor_work
 
     t0 = time.perf_counter()
-    h, loads = build_tree(num_leaves, num_loads, seed)
+    h, loads = build_tree(num_leaves, num_loads, seed, device)
     build_s = time.perf_counter() - t0
     cache = h.cache
     original = UnifiedRadixCache.__dict__["_load_back_transfers"]
@@ -239,7 +263,10 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
     def timed(**kwargs):
         c, t = time.thread_time(), time.perf_counter()
         try:
-            return call(**kwargs)  # noqa: F821 (deleted only after the last call, below)
+            out = call(**kwargs)  # noqa: F821 (deleted only after the last call, below)
+            if device == "cuda":  # the call's device work counts (the eviction's frees, the load's allocation)
+                torch.cuda.synchronize()
+            return out
         finally:
             times.append((time.perf_counter() - t) * 1e3)
             cpu_times.append((time.thread_time() - c) * 1e3)
@@ -262,8 +289,9 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
         deficit = [max(0, a - b) for a, b in zip(need, free)]
         can = coverable(h, node_id, before, deficit)
         if patch:
-            with count_tensor_work() as work:
-                plan_load_back(cache, state, node_id, free=free)
+            work = planning_counted(
+                functools.partial(plan_load_back, cache, state, node_id, free=free), device == "cuda"
+            )
             tensor_ops += work.total
             syncs += work.host_syncs
         loaded = cache.load_back(node_id)
@@ -312,9 +340,9 @@ def run_side(patch: bool, num_leaves: int, num_loads: int, seed: int) -> dict:
     return row
 
 
-def bench_size(num_leaves: int, num_loads: int, seed: int) -> dict:
-    p = run_side(True, num_leaves, num_loads, seed)
-    u = run_side(False, num_leaves, num_loads, seed)
+def bench_size(num_leaves: int, num_loads: int, seed: int, device: str = "cpu") -> dict:
+    p = run_side(True, num_leaves, num_loads, seed, device)
+    u = run_side(False, num_leaves, num_loads, seed, device)
     assert p["leaves"] == u["leaves"]
     return {
         "leaves": p["leaves"],
@@ -435,9 +463,19 @@ def write_png(rows, path):
     )
     b.set_ylim(0, max(1, top) * 1.7)  # room for the legend
     b.legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"cp-hicache-owner-lanes, sglang 0.5.23, N={N}, CPU")
+    fig.suptitle(f"cp-hicache-owner-lanes, sglang 0.5.23, N={N}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def check_cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit(
+            f"--device cuda needs a visible CUDA device (torch {torch.__version__}, CUDA build: "
+            f"{torch.version.cuda or 'none'}); use --device cpu"
+        )
 
 
 def parse_args(argv=None):
@@ -451,6 +489,7 @@ def parse_args(argv=None):
     )
     ap.add_argument("--loads", type=int, help="load-backs per tree (default 12; --quick 6)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the KV pool and indices live")
     return ap.parse_args(argv)
 
 
@@ -461,7 +500,9 @@ def main(argv=None):
     logging.getLogger("sglang_overlay.patches.cp_hicache_owner_lanes").setLevel(logging.ERROR)
     sizes = args.sizes or ([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
     loads = args.loads or (6 if args.quick else 12)
-    rows = [bench_size(size, loads, args.seed) for size in sizes]
+    if args.device == "cuda":
+        check_cuda()
+    rows = [bench_size(size, loads, args.seed, args.device) for size in sizes]
     console = print_table(rows, loads)
     big = rows[-1]
     console.print(f"whole path, upstream / patch: {big['speedup_end_to_end']:.1f}x at {big['leaves']:,} leaves")
@@ -472,6 +513,7 @@ def main(argv=None):
         "short_lanes": list(SHORT_LANES),
         "loads_per_tree": loads,
         "seed": args.seed,
+        "device": args.device,
         "sizes": {str(r["leaves"]): r for r in rows},
     }
     write_outputs(args, result, console.print, lambda path: write_png(rows, path))

@@ -126,7 +126,8 @@ class Harness:
 
     ``n`` owner lanes, ``ps`` tokens per (physical) page, ``pages_per_rank`` usable
     device pages per lane. ``interleaved=False`` builds a plain paged allocator and
-    pool instead (no lanes; chains then take no base).
+    pool instead (no lanes; chains then take no base). ``device="cuda"`` puts the KV pool and the
+    allocator's index tensors on the GPU (the host pool stays in host memory, as upstream's does).
     """
 
     def __init__(
@@ -138,6 +139,7 @@ class Harness:
         interleaved: bool = True,
         layers: int = 2,
         eviction_policy: str = "lru",
+        device: str = "cpu",
     ):
         from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
         from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
@@ -157,7 +159,7 @@ class Harness:
             head_num=2,
             head_dim=4,
             layer_num=layers,
-            device="cpu",
+            device=device,
             enable_memory_saver=False,
             enable_alt_stream=False,
         )
@@ -166,11 +168,11 @@ class Harness:
                 shard_rank=0, shard_size=n, page_size=ps, max_prefix_tokens=n * ps * 4, chunk_tokens=ps * 4
             )
             self.kv = interleaved_pool(n * (per_rank_slots + ps), shard_spec=spec, **pool_kw)
-            self.alloc = PageInterleavePoolAllocator(per_rank_slots, ps, n, torch.int64, "cpu", self.kv, False)
+            self.alloc = PageInterleavePoolAllocator(per_rank_slots, ps, n, torch.int64, device, self.kv, False)
         else:
             size = n * per_rank_slots
             self.kv = plain_pool(size + ps, **pool_kw)
-            self.alloc = PagedTokenToKVPoolAllocator(size, ps, torch.int64, "cpu", self.kv, False)
+            self.alloc = PagedTokenToKVPoolAllocator(size, ps, torch.int64, device, self.kv, False)
         params = CacheInitParams(
             disable=False,
             req_to_token_pool=None,

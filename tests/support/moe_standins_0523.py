@@ -79,10 +79,14 @@ def init_parallel() -> None:
     ps.initialize_model_parallel(backend="gloo")
 
 
-def build_moe(shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0, dtype=torch.float32, record: bool = True):
+def build_moe(
+    shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0, dtype=torch.float32, record: bool = True,
+    device: str = "cpu",
+):  # fmt: skip
     """Upstream's own ``DeepseekV2MoE.__init__`` (0.5.23 reads shared-expert fusion from the published model
     bag: 0 for the tiny published model), then the DeepEP stand-ins and ``_enable_a2a_moe``; returns
-    ``(moe, Recorder)`` (``record=False``: no Recorder and no copies of the inputs, for benchmarks)."""
+    ``(moe, Recorder)`` (``record=False``: no Recorder and no copies of the inputs, for benchmarks). ``device``:
+    where the layer lives (the experts' stand-in weights are drawn there: tens of GB at DeepSeek-V3 size)."""
     init_parallel()
     from sglang.srt.eplb.expert_location import set_global_expert_location_metadata
     from sglang.srt.model_loader.utils import set_default_torch_dtype
@@ -105,8 +109,10 @@ def build_moe(shape: MoeShape = MoeShape(), layer_id: int = 1, seed: int = 0, dt
         moe.gate.e_score_correction_bias.copy_(torch.randn(shape.experts, generator=g) * 0.1)
         for p in moe.shared_experts.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
-    set_global_expert_location_metadata(expert_location_metadata(layer_id + 1, shape.experts), allow_overwrite=True)
-    moe.experts = ExpertsStandIn(shape, seed + 1, dtype, record)
+    placement = expert_location_metadata(layer_id + 1, shape.experts, device=str(device))
+    set_global_expert_location_metadata(placement, allow_overwrite=True)
+    moe.to(device)
+    moe.experts = ExpertsStandIn(shape, seed + 1, dtype, record, device=str(device))
     moe._enable_a2a_moe = True
     moe.eval()
     if not record:
