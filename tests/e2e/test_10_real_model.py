@@ -33,9 +33,13 @@ from tests.support.real_server.smollm2 import SERVER_ARGS, RealModelError, build
 
 pytestmark = pytest.mark.e2e
 
-# keys in this module's own pool: its model differs from the session's
-UPSTREAM = ServerConfig(overlay=False, extra_args=SERVER_ARGS)
-OVERLAY = ServerConfig(overlay=True, extra_args=SERVER_ARGS)
+# keys in this module's own pool: its model differs from the session's. The A/B keeps both servers busy at once,
+# so each gets one OpenMP thread: with torch's default (one per core) the two servers' four threads spin against
+# each other on 2 cores and decoding fell to about 1 token/s per server (SGLANG_CPU_OMP_THREADS_BIND does not
+# help: upstream applies it only on AMX or arm64 CPUs, bootstrap._init_cpu_threads_env).
+ONE_THREAD = (("OMP_NUM_THREADS", "1"),)
+UPSTREAM = ServerConfig(overlay=False, extra_args=SERVER_ARGS, env=ONE_THREAD)
+OVERLAY = ServerConfig(overlay=True, extra_args=SERVER_ARGS, env=ONE_THREAD)
 QUESTIONS = 20
 MAX_TOKENS = 160  # a worked GSM8K answer of this model is 40-150 tokens; the stop sequences end most earlier
 PROMPTS = ("The capital of France is", "Natalia sold clips to 48 of her friends in April,", "def fibonacci(n):")
