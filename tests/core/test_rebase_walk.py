@@ -3,9 +3,11 @@
 The new release is made here, offline: the installed sglang (whichever pin this environment has)
 repackaged as ``<version>.post1`` with one hooked target changed the way upstream changes code (one
 statement appended to its body; nothing else differs). It is a real wheel (dist-info, RECORD with
-hashes), installed by pip (``--no-deps --target``) and first on ``PYTHONPATH``, so every overlay command
-sees exactly what a user's environment would: ``importlib.metadata`` reports the new version, ``import
-sglang`` loads the new code. A temporary copy of this checkout's tracked files plays the maintainer's
+hashes), installed by pip (``--no-deps --target``) into a second environment whose site-packages holds this
+one's distributions (linked) except sglang, so every overlay command sees exactly what a user's environment
+would after ``pip install sglang==NEW``: one sglang install record, ``importlib.metadata`` reports the new
+version, ``import sglang`` loads the new code (the same release on ``PYTHONPATH`` over the old one would be two
+sglang records, which ``check`` rightly refuses: ``core.identity``). A temporary copy of this checkout's tracked files plays the maintainer's
 tree, so the real ``patches/`` is never written.
 
 The walk, step by step as the document numbers them:
@@ -30,7 +32,6 @@ import base64
 import hashlib
 import importlib.metadata
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -117,7 +118,7 @@ def release(tmp_path_factory):
     edited = _changed_source((package_dir / rel).read_text(encoding="utf-8"), entry["qualname"])
     out = tmp_path_factory.mktemp("release")
     wheel = build_wheel(package_dir, version, new_version, {rel: edited}, out)
-    site = out / "site"
+    site = _environment_without_sglang(out / "env")
     pip = subprocess.run(
         [
             sys.executable,
@@ -143,9 +144,27 @@ def release(tmp_path_factory):
 def overlay(root: Path, *args: str, site: Path | None = None, code: str | None = None) -> subprocess.CompletedProcess:
     """The copy's overlay in a fresh interpreter; with ``site``, the new release installed first on the path."""
     env = subprocess_env()
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (site, root) if p)
+    env["PYTHONPATH"] = str(root)
+    python = _python_of(site) if site else sys.executable
     command = ["-c", code] if code else ["-m", "sglang_overlay", *args]
-    return subprocess.run([sys.executable, *command], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([python, *command], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _python_of(site: Path) -> str:
+    """The interpreter of the environment whose site-packages is ``site`` (``ENV/lib/pythonX.Y/site-packages``)."""
+    return str(site.parents[2] / "bin" / "python")
+
+
+def _environment_without_sglang(root: Path) -> Path:
+    """A new environment at ``root`` whose site-packages links every distribution of this one except sglang."""
+    made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr[-3000:]
+    (site,) = root.glob("lib/python*/site-packages")
+    here = Path(importlib.metadata.distribution("sglang").locate_file(""))
+    for entry in here.iterdir():
+        if entry.name != "sglang" and not entry.name.startswith(("sglang-", "__pycache__")):
+            (site / entry.name).symlink_to(entry)
+    return site
 
 
 def test_the_release_is_what_users_would_install(copy, release):
