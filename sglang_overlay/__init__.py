@@ -7,9 +7,8 @@ SGLang without its launcher.
 
 from sglang_overlay.core import startup_cost
 
-startup_cost.begin()  # the overlay's own start-up cost is counted from here (``core.startup_cost``)
-
-from sglang_overlay.version import __version__  # noqa: E402
+with startup_cost.span("import"):  # the overlay's own start-up cost (``core.startup_cost``)
+    from sglang_overlay.version import __version__
 
 
 def apply(lock_path=None) -> dict:

@@ -12,13 +12,15 @@ INFO line comes from the function that called ``load_plugins()``. Cost: what ``c
 
 from __future__ import annotations
 
-from sglang_overlay.core import processes, startup_cost
-from sglang_overlay.core.hooking import apply
-from sglang_overlay.errors import OverlayError, OverlayStartupError
+from sglang_overlay.core import startup_cost
+
+with startup_cost.span("import"):  # the core, as far as this process had not imported it
+    from sglang_overlay.core import processes
+    from sglang_overlay.core.hooking import apply
+    from sglang_overlay.errors import OverlayError, OverlayStartupError
 
 
 def load() -> None:
-    startup_cost.close("import")  # this package and the core, as far as this process had not imported them
     try:
         apply(role=processes.caller_role())
     except (OverlayError, OSError, ValueError) as exc:

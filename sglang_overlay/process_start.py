@@ -16,7 +16,7 @@ import importlib.abc
 import os
 import sys
 
-from sglang_overlay.core import settings
+from sglang_overlay.core import settings, startup_cost
 
 # The rest of the overlay is imported at the first target import, never at interpreter start: a marked
 # child that imports no target (or that SGLang would not load the plugin in) pays one environment lookup.
@@ -46,16 +46,18 @@ class _TargetImportTrigger(importlib.abc.MetaPathFinder):
         if self._fired or not fullname.startswith("sglang.srt."):
             return None
         if self._modules is None:
-            from sglang_overlay.core import lockfile
-            from sglang_overlay.core.verify import declared_patches
+            with startup_cost.span("import"):
+                from sglang_overlay.core import lockfile
+                from sglang_overlay.core.verify import declared_patches
 
             patches = declared_patches(lockfile.read_pin().version)
             self._modules = frozenset(t.module for p in patches for t in p.targets)
         if fullname not in self._modules:
             return None
         self._fired = True
-        from sglang_overlay.core import hooking, processes
-        from sglang_overlay.errors import OverlayStartupError
+        with startup_cost.span("import"):
+            from sglang_overlay.core import hooking, processes
+            from sglang_overlay.errors import OverlayStartupError
 
         processes.entered_by_hook(self._parent)
         try:  # the INFO line now only where the role is known; a process that calls load_plugins() says it then

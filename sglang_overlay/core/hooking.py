@@ -30,9 +30,10 @@ import logging
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from sglang_overlay.core import info, lockfile, processes, settings, startup_cost
+from sglang_overlay.core import info, lockfile, processes, propagation, settings, startup_cost
 from sglang_overlay.core.introspection import raw_attribute, resolve_owner, unwrap_descriptor
 from sglang_overlay.core.readiness import ready
 from sglang_overlay.core.registry import Patch, Target
@@ -99,7 +100,9 @@ def _chain_holds(current, hook, original) -> bool:
     return False
 
 
-def _hook_target(patch: Patch, target: Target) -> None:
+def _hook_target(patch: Patch, target: Target, within: list | None = None) -> None:
+    """``within``: the modules imported while the target's module executed (it has just executed), the only ones
+    that can hold a stale binding of the target (``core.propagation``); None: every module (upstream's walk)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
 
     owner = resolve_owner(target.module, target.owner_path)
@@ -112,7 +115,10 @@ def _hook_target(patch: Patch, target: Target) -> None:
         HookType[target.hook_type],
         source=HookSource(plugin_name=settings.PLUGIN_NAME, dist_name="sglang-overlay"),
     )
-    HookRegistry.apply_hooks()
+    # only this target waits in the registry: no other plugin's hook is applied with the narrowed walk
+    alone = [t for t in HookRegistry._hooks if t not in HookRegistry._patched] == [target.path]
+    with propagation.propagating_within(within) if within is not None and alone else nullcontext():
+        HookRegistry.apply_hooks()
     current = raw_attribute(resolve_owner(target.module, target.owner_path), target.attribute)
     if not _chain_holds(current, hook, original):
         raise OverlayError(
@@ -160,15 +166,17 @@ def _fail(patch_id: str, message: str) -> None:
     _revert(patch_id)
 
 
-def _apply_module(module: str) -> None:
-    """Hook every pending target of ``module`` (now executed)."""
+def _apply_module(module: str, before: frozenset[str] | None = None) -> None:
+    """Hook every pending target of ``module`` (now executed); ``before``: ``sys.modules``'s names as its execution
+    began, where it has just executed (None: it was imported before ``apply()``)."""
     with _LOCK, startup_cost.span("hooks"):  # a target's module just imported: its hooks
         items = _STATE.pending.pop(module, [])
+        within = propagation.new_modules(before) if before is not None and items else None
         for patch, target in items:
             if patch.id in _STATE.skipped:
                 continue
             try:
-                _hook_target(patch, target)
+                _hook_target(patch, target, within)
             except OverlayError as exc:
                 _fail(patch.id, str(exc))
                 continue
@@ -194,8 +202,9 @@ class _ApplyAfterExecLoader(importlib.abc.Loader):
         return self._inner.create_module(spec)
 
     def exec_module(self, module):
+        before = frozenset(sys.modules)
         self._inner.exec_module(module)
-        _apply_module(self._module)
+        _apply_module(self._module, before)
 
     def __getattr__(self, name):  # get_source, get_filename, ... for inspect/linecache
         return getattr(self._inner, name)

@@ -54,6 +54,21 @@ def test_a_child_of_an_overlay_process_is_entered_at_its_first_target_import():
     assert rep == {"wrapped": True, "overlay": True}
 
 
+CHILD_COST = f"""
+import json, sys
+import {TARGET_MODULE}
+from sglang_overlay.core import startup_cost
+print("REPORT" + json.dumps({{"cost": startup_cost.snapshot(), "modules": len(sys.modules)}}))
+"""
+
+
+def test_a_childs_import_cost_is_the_overlays_own_not_sglangs():
+    """The child's overlay is imported at interpreter start (the .pth line) and applied at the first target import:
+    its "import" step counts the overlay's own modules, not SGLang's, imported in between."""
+    rep = report(run_python(CHILD_COST, SGLANG_OVERLAY_PROCESS_START="1"))
+    assert rep["cost"]["import"]["modules"] < 100 < rep["modules"], rep
+
+
 def test_any_other_process_is_left_alone():
     rep = report(run_python(CHILD))
     assert rep == {"wrapped": False, "overlay": False}

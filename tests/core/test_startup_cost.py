@@ -31,5 +31,5 @@ def test_a_fresh_process_keeps_its_import_and_apply_cost_in_its_record(tmp_path)
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     startup = __import__("json").loads(out.stdout.strip().splitlines()[-1])
-    assert startup["import"]["count"] == 1 and startup["import"]["modules"] > 0
+    assert startup["import"]["count"] == 2 and startup["import"]["modules"] > 0  # the package, then the plugin module
     assert startup["apply"]["count"] == 1 and startup["apply"]["cpu_ms"] > 0
