@@ -108,7 +108,7 @@ def wilson(correct: int, n: int, z: float = 1.96) -> list[float]:
     """The Wilson score interval of an accuracy (sound at small n and near 0, where this model's accuracy is)."""
     phat, denom = correct / n, 1 + z * z / n
     centre, half = (phat + z * z / (2 * n)) / denom, z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denom
-    return [round(centre - half, 4), round(centre + half, 4)]
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]  # 0.0, never -0.0, at 0 correct
 
 
 def test_gsm8k_ab_on_a_real_model_changes_no_answer(real_pool, e2e_log_dir, tmp_path):
