@@ -133,6 +133,30 @@ def wheel(session: nox.Session) -> None:
     rehearse_gpu_check(session)
 
 
+def _device_image_extras(session: nox.Session, manifest: Path, site: Path, target: Path) -> list[str]:
+    """The device image's packages the carry uses that a plain ``pip install sglang`` lacks (accelerate: the
+    default pin's environment has it for the real model, so the carry's trace sees it), installed ``--no-deps``
+    at the default pin's CPU lock version into ``target``: the rehearsal's second source folder, or none."""
+    import importlib.metadata
+    import json
+    import re
+
+    norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()  # noqa: E731
+    have = {norm(d.metadata["Name"]) for d in importlib.metadata.distributions(path=[str(site)])}
+    lacking = sorted(set(map(norm, json.loads(manifest.read_text(encoding="utf-8"))["device_image_used"])) - have)
+    if not lacking:
+        return []
+    lock = REPO / "scripts" / f"requirements-cpu-{DEFAULT}.lock"
+    pins = {norm(line.split("==")[0]): line.strip() for line in lock.read_text(encoding="utf-8").splitlines()
+            if "==" in line and not line.startswith("#")}  # fmt: skip
+    unpinned = [name for name in lacking if name not in pins]
+    if unpinned:
+        session.error(f"the device image's {unpinned} are used by the carry but pinned nowhere ({lock.name})")
+    session.run("python", "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                *(pins[name] for name in lacking))  # fmt: skip
+    return [str(target)]
+
+
 def rehearse_gpu_check(session: nox.Session) -> None:
     """scripts/gpu_check.sh --device cpu in a clean Python 3.12 environment shaped like the device (torch and the
     device image's packages the carry uses, linked from this session's environment; no sglang), with the carry
@@ -141,8 +165,9 @@ def rehearse_gpu_check(session: nox.Session) -> None:
     carry, venv = tmp / "gpu_carry", tmp / "gpu312"
     session.run(str(_venv(DEFAULT) / "bin" / "python"), "scripts/gpu_carry.py", "--out", str(carry), external=True)
     (site,) = Path(session.virtualenv.location).glob("lib/python3*/site-packages")
+    extras = _device_image_extras(session, carry / "manifest.json", site, tmp / "device_extras")
     session.run("python", "scripts/gpu_rehearsal_venv.py", "--venv", str(venv), "--manifest", str(carry / "manifest.json"),
-                str(site))  # fmt: skip
+                str(site), *extras)  # fmt: skip
     env = {"PYTHON": str(venv / "bin" / "python"), "GPU_CARRY": str(carry), "CARRY_SITE": str(tmp / "carry_site"),
            "OUT": str(tmp / "gpu_check")}  # fmt: skip
     session.run("bash", "scripts/gpu_check.sh", "--device", "cpu", env=env, external=True)
