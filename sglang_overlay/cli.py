@@ -262,7 +262,11 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
             err_console.print(f"sglang-overlay rebase-check: no such wheel {path}")
             return 2
         patches = verify.declared_patches(lockfile.read_pin().version)
-        rows, deps = rebase.report(path, patches), rebase.report(path, patches, dependencies=True)
+        try:
+            rows, deps = rebase.report(path, patches), rebase.report(path, patches, dependencies=True)
+        except rebase.RebaseError as exc:
+            err_console.print(f"sglang-overlay rebase-check: {exc}")
+            return 2
     label = path.name
     if as_json:
         print(json.dumps({"wheel": label, "targets": rows, "dependencies": deps}, indent=2))

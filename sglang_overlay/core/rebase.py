@@ -48,7 +48,11 @@ def report(wheel: Path, patches, dependencies: bool = False) -> list[dict]:
     lock = lockfile.read_lock()
     section = lock.get("dependencies", {}) if dependencies else lock["targets"]
     rows = []
-    with zipfile.ZipFile(wheel) as zf:
+    try:
+        zf = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise RebaseError(f"{wheel} is not a wheel: {exc}") from exc
+    with zf:
         names = set(zf.namelist())
         for patch in patches:
             for target in patch.depends if dependencies else patch.targets:

@@ -229,3 +229,12 @@ def test_every_subpackage_ships_in_a_built_wheel(tmp_path):
     }
     assert data and data <= names, sorted(data - names)
     assert "sglang_overlay/data/pins/default" in names and "sglang_overlay_process_start.pth" in names
+
+
+def test_rebase_check_of_a_file_that_is_not_a_wheel_is_a_clear_error(tmp_path):
+    """Bad input: a clear error and exit 2, never a traceback (it was zipfile.BadZipFile)."""
+    bogus = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    bogus.write_text("not a zip archive\n")
+    proc = run_cli("rebase-check", "--wheel", str(bogus))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"{bogus} is not a wheel" in proc.stderr, proc.stderr[-2000:]
