@@ -1,4 +1,4 @@
-"""The ``sglang-overlay`` command: argparse and rendering over the core (check, status, lock, launch, ...).
+"""The ``sglang-overlay`` command: check, run and report the overlay patch set over a pinned SGLang release.
 
 Every report is a table that never truncates a patch id or a target (columns fold on a narrow terminal;
 without a terminal, as in CI logs and pipes, the table takes its natural width), and every command that
@@ -13,7 +13,7 @@ reports takes ``--json``.
 - ``rebase-check --to VERSION | --wheel FILE``: the targets against another upstream (``core.rebase``).
 - ``gsm8k ARGS``: the GSM8K accuracy runner (``sglang_overlay_gsm8k``).
 
-Invariants: no rule lives here (``launch`` refuses exactly what ``check`` reports); commands that write
+Argparse and rendering over the core. Invariants: no rule lives here (``launch`` refuses exactly what ``check`` reports); commands that write
 (``lock``, ``process-hook --install``) write only their own files. Cost: one process per command.
 """
 

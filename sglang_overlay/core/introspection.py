@@ -78,12 +78,3 @@ def raw_attribute(owner, attr: str):
 def unwrap_descriptor(obj):
     """The function inside a classmethod/staticmethod, else ``obj`` itself."""
     return obj.__func__ if isinstance(obj, (classmethod, staticmethod)) else obj
-
-
-def rebind_like(wrapper, like):
-    """``wrapper`` in ``like``'s descriptor kind (classmethod/staticmethod/plain)."""
-    if isinstance(like, classmethod):
-        return classmethod(wrapper)
-    if isinstance(like, staticmethod):
-        return staticmethod(wrapper)
-    return wrapper

@@ -81,9 +81,6 @@ def caller_role() -> str | None:
     return None
 
 
-status_dir = records.status_dir
-
-
 def announce(status: dict, role: str | None = None) -> None:
     """The one INFO line of this process (once), then its record; later calls refresh the record only."""
     if not _ANNOUNCED:

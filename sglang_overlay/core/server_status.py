@@ -72,7 +72,7 @@ _SERVER_PROCESS = re.compile(r"sglang::|\bsglang\.launch_server\b|(^|/)sglang se
 
 def _is_server_process(title: str) -> bool:
     """An SGLang server process (``python -m sglang.launch_server``, ``sglang serve``, a titled
-    ``sglang::...`` child), not merely a command with "sglang" in it: ``sglang-overlay demo`` and a
+    ``sglang::...`` child), not merely a command with "sglang" in it: ``scripts/demo.py`` and a
     test runner start servers as their children and must not be taken for the server's main process."""
     return bool(_SERVER_PROCESS.search(title))
 

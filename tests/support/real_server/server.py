@@ -1,6 +1,6 @@
 """Launch a real SGLang 0.5.20 server on the CPU (127.0.0.1, a free port), wait until it serves, stop it whole.
 
-Usage (a context manager; ``tests/e2e/conftest.py`` wraps it in fixtures, ``sglang-overlay demo`` can reuse it)::
+Usage (a context manager; ``tests/e2e/conftest.py`` wraps it in fixtures, ``scripts/demo.py`` reuses it)::
 
     from tests.support.real_server.server import ServerConfig, running_server
     with running_server(ServerConfig(overlay=True, launcher="overlay"), log_dir=tmp) as srv:
