@@ -9,7 +9,9 @@ it executed (a circular import); every later import sees the hook. :func:`new_mo
 
 Invariant: the registry's result is the same as its full walk over ``sys.modules`` (the skipped modules cannot
 hold the binding); targets of modules imported before ``apply()`` keep the full walk. Where upstream's function
-is missing or renamed, nothing is replaced and the registry walks as it does (cost only, never a missed binding).
+is missing or renamed, nothing is replaced and the registry walks as it does (cost only, never a missed binding);
+where its call changes shape, the replacement raises inside the registry and the hook's chain check
+(``core.hooking``) refuses start-up.
 Cost: one snapshot of ``sys.modules``'s keys per hooked module (a set of a few thousand names); a walk over the
 modules imported during that module's execution (usually none).
 """
