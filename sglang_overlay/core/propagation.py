@@ -9,15 +9,15 @@ it executed (a circular import); every later import sees the hook. :func:`new_mo
 
 Invariant: the registry's result is the same as its full walk over ``sys.modules`` (the skipped modules cannot
 hold the binding); targets of modules imported before ``apply()`` keep the full walk. Where upstream's function
-is missing or renamed, nothing is replaced and the registry walks as it does (cost only, never a missed binding);
-where its call changes shape, the replacement raises inside the registry and the hook's chain check
-(``core.hooking``) refuses start-up.
+is missing, renamed or takes other parameters, nothing is replaced and the registry walks as it does (cost
+only, never a missed binding).
 Cost: one snapshot of ``sys.modules``'s keys per hooked module (a set of a few thousand names); a walk over the
 modules imported during that module's execution (usually none).
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 from collections.abc import Iterable
@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 UPSTREAM = "sglang.srt.plugins.hook_registry"
 WALK = "_propagate_patch"  # upstream's walk over sys.modules (hook_registry.py), replaced for one call at most
+PARAMETERS = ("original", "wrapped", "source_module")  # the call the replacement answers
 visited: list[int] = []  # modules each restricted walk visited (tests count them)
 
 
@@ -60,7 +61,7 @@ def propagating_within(modules: list[types.ModuleType]):
     """Within the block, ``HookRegistry`` propagates a hook only to ``modules``; restored on exit."""
     registry = sys.modules.get(UPSTREAM)
     full = getattr(registry, WALK, None)
-    if not callable(full):
+    if not callable(full) or tuple(inspect.signature(full).parameters) != PARAMETERS:
         yield
         return
     setattr(registry, WALK, _walk(modules))

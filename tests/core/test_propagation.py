@@ -72,3 +72,12 @@ def test_without_upstreams_walk_nothing_is_replaced(monkeypatch):
     monkeypatch.delattr(hook_registry, propagation.WALK)
     with propagation.propagating_within([]):
         assert not hasattr(hook_registry, propagation.WALK)
+
+
+def test_an_upstream_walk_of_another_shape_is_left_in_place(monkeypatch):
+    def other(original, wrapped, source_module, skip=()):
+        return 0
+
+    monkeypatch.setattr(hook_registry, propagation.WALK, other)
+    with propagation.propagating_within([]):
+        assert getattr(hook_registry, propagation.WALK) is other
