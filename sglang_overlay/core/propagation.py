@@ -12,7 +12,7 @@ hold the binding); targets of modules imported before ``apply()`` keep the full 
 is missing, renamed or takes other parameters, nothing is replaced and the registry walks as it does (cost
 only, never a missed binding).
 Cost: one snapshot of ``sys.modules``'s keys per hooked module (a set of a few thousand names); a walk over the
-modules imported during that module's execution (usually none).
+modules imported during that module's execution (0-70 per target in a scheduler-like process, against 6,100).
 """
 
 from __future__ import annotations
