@@ -102,9 +102,10 @@ def _chain_holds(current, hook, original) -> bool:
     return False
 
 
-def _hook_target(patch: Patch, target: Target, within: list | None = None) -> None:
-    """``within``: the modules imported while the target's module executed (it has just executed), the only ones
-    that can hold a stale binding of the target (``core.propagation``); None: every module (upstream's walk)."""
+def _hook_target(patch: Patch, target: Target, before: frozenset[str] | None = None) -> None:
+    """``before``: ``sys.modules``'s names as the target's module began executing (it has just executed): only the
+    modules imported since, its hook's module included, can hold a stale binding of the target
+    (``core.propagation``); None: every module (upstream's walk)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
 
     owner = resolve_owner(target.module, target.owner_path)
@@ -119,7 +120,8 @@ def _hook_target(patch: Patch, target: Target, within: list | None = None) -> No
     )
     # only this target waits in the registry: no other plugin's hook is applied with the narrowed walk
     alone = [t for t in HookRegistry._hooks if t not in HookRegistry._patched] == [target.path]
-    with propagation.propagating_within(within) if within is not None and alone else nullcontext():
+    narrowed = before is not None and alone
+    with propagation.propagating_within(propagation.new_modules(before)) if narrowed else nullcontext():
         HookRegistry.apply_hooks()
     current = raw_attribute(resolve_owner(target.module, target.owner_path), target.attribute)
     if not _chain_holds(current, hook, original):
@@ -173,12 +175,11 @@ def _apply_module(module: str, before: frozenset[str] | None = None) -> None:
     began, where it has just executed (None: it was imported before ``apply()``)."""
     with _LOCK, startup_cost.span("hooks"):  # a target's module just imported: its hooks
         items = _STATE.pending.pop(module, [])
-        within = propagation.new_modules(before) if before is not None and items else None
         for patch, target in items:
             if patch.id in _STATE.skipped:
                 continue
             try:
-                _hook_target(patch, target, within)
+                _hook_target(patch, target, before)
             except OverlayError as exc:
                 _fail(patch.id, str(exc))
                 continue

@@ -4,15 +4,17 @@ After replacing a target on its module, ``HookRegistry._apply_target`` calls ``h
 which walks every module in ``sys.modules`` for a ``from X import name`` binding still holding the original: one
 ``vars()`` scan of each module per target (measured: 30 ms a target in a scheduler with 5,400 modules, 200 ms of
 the 230 ms its seven hooks took). A module that has *just* executed can only be bound in the modules imported while
-it executed (a circular import); every later import sees the hook. :func:`new_modules` notes which those are, and
+it executed (a circular import) or since (the hook's own module, say); every import after the hook sees it.
+:func:`new_modules`, taken right before the registry applies the hook, notes which those are, and
 :func:`propagating_within` makes the registry's walk visit only them, for the one call it wraps.
 
 Invariant: the registry's result is the same as its full walk over ``sys.modules`` (the skipped modules cannot
 hold the binding); targets of modules imported before ``apply()`` keep the full walk. Where upstream's function
 is missing, renamed or takes other parameters, nothing is replaced and the registry walks as it does (cost
 only, never a missed binding).
-Cost: one snapshot of ``sys.modules``'s keys per hooked module (a set of a few thousand names); a walk over the
-modules imported during that module's execution (0-70 per target in a scheduler-like process, against 6,100).
+Cost: one snapshot of ``sys.modules``'s keys per hooked module (a set of a few thousand names) and one pass over
+its names per target; a walk over the modules imported since (0-70 per target in a scheduler-like process, against
+6,100).
 """
 
 from __future__ import annotations
