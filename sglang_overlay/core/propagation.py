@@ -13,7 +13,7 @@ hold the binding); targets of modules imported before ``apply()`` keep the full 
 is missing, renamed or takes other parameters, nothing is replaced and the registry walks as it does (cost
 only, never a missed binding).
 Cost: one snapshot of ``sys.modules``'s keys per hooked module (a set of a few thousand names) and one pass over
-its names per target; a walk over the modules imported since (0-70 per target in a scheduler-like process, against
+its names per target; a walk over the modules imported since (6-80 per target in a scheduler-like process, against
 6,100).
 """
 
