@@ -13,8 +13,9 @@ reports takes ``--json``.
 - ``rebase-check --to VERSION | --wheel FILE``: the targets against another upstream (``core.rebase``).
 - ``gsm8k ARGS``: the GSM8K accuracy runner (``sglang_overlay_gsm8k``).
 
-Argparse and rendering over the core. Invariants: no rule lives here (``launch`` refuses exactly what ``check`` reports); commands that write
-(``lock``, ``process-hook --install``) write only their own files. Cost: one process per command.
+Argparse and rendering over the core. Invariants: no rule lives here (``launch`` refuses exactly what
+``check`` reports); commands that write (``lock``, ``process-hook --install``) write only their own files.
+Cost: one process per command.
 """
 
 from __future__ import annotations

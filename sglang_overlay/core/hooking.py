@@ -21,8 +21,9 @@ and forgets the target in ``HookRegistry`` (hooks and patched set) so a later
 registration applies afresh. Cost: ``apply`` itself is a few milliseconds (the
 seal spares parsing, ``scripts/bench_plugin_overhead.py``); one ``find_spec`` of
 the finder per import while targets are pending; a deferred hook's search for stale
-bindings visits only the modules its module's execution imported (``core.propagation``;
-upstream's walk over all of ``sys.modules`` cost 30 ms a target in a scheduler).
+bindings visits only the modules imported since its module began executing
+(``core.propagation``; upstream's walk over all of ``sys.modules`` cost 30 ms a target in a
+scheduler).
 """
 
 from __future__ import annotations
