@@ -139,9 +139,9 @@ def _device_image_extras(session: nox.Session, manifest: Path, site: Path, targe
     at the default pin's CPU lock version into ``target``: the rehearsal's second source folder, or none."""
     import importlib.metadata
     import json
-    import re
 
-    norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()  # noqa: E731
+    from packaging.utils import canonicalize_name as norm  # nox's own dependency
+
     have = {norm(d.metadata["Name"]) for d in importlib.metadata.distributions(path=[str(site)])}
     lacking = sorted(set(map(norm, json.loads(manifest.read_text(encoding="utf-8"))["device_image_used"])) - have)
     if not lacking:
