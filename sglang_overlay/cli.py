@@ -6,7 +6,8 @@ reports takes ``--json``.
 
 - ``check``: every patch and target (match / drift / missing), enabled or not, the plugin's discovery and
   the process-start hook; exit 0 only when ``core.readiness.ready()`` finds nothing.
-- ``status --url URL``: per process of a running local server, which patches are live.
+- ``status --url URL``: per process of a running server, which patches are live (this host's records for a
+  local server, else its ``GET /overlay/status``).
 - ``process-hook --install | --check``: the ``.pth`` hook (``core.process_hook``).
 - ``lock [--check]``: regenerate or compare the installed release's lock (``core.lockfile.regenerate``).
 - ``launch ARGS``: ``check`` with ARGS as the launch's command line, then SGLang's own launcher.
@@ -33,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sglang_overlay.core import identity, installed, lockfile, process_hook, readiness, rebase, settings, verify
+from sglang_overlay.core.http_status import KEY_ENV
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.version import __version__
 
@@ -167,20 +169,28 @@ def _print_check(report: dict) -> None:
     console.print("[green]OK: every enabled patch would apply[/]" if report["ok"] else "[red]NOT OK: see above[/]")
 
 
-def run_status(url: str, as_json: bool) -> int:
-    """Per process of the local server at ``url``: node, rank, role, pid, and which patches are live there."""
-    from sglang_overlay.core.server_status import RecordsUntrusted, ServerNotFound, server_status
+def run_status(url: str, as_json: bool, api_key: str | None = None, over_http: bool = False) -> int:
+    """Per process of the server at ``url``: node, rank, role, pid, and which patches are live there; from this
+    host's records when the server is local, else from its ``GET /overlay/status`` (``core.http_status``)."""
+    from sglang_overlay.core import http_status, server_status
 
     try:
-        report = server_status(url)
-    except (ServerNotFound, RecordsUntrusted) as exc:
+        if over_http or not server_status.is_local_server(url):
+            report = http_status.fetch(url, api_key)
+        else:
+            report = {**server_status.server_status(url), "source": "this host's process records"}
+    except http_status.NoOverlay as exc:
+        err_console.print(f"[red]sglang-overlay status: NOT OK: {exc}[/red]")
+        return 1
+    except (server_status.ServerNotFound, server_status.RecordsUntrusted, http_status.StatusUnavailable) as exc:
         err_console.print(f"[red]sglang-overlay status: {exc}[/red]")
         return 2
     if as_json:
         print(json.dumps(report, indent=2))
         return 0 if report["ok"] else 1
     number = {p.id: f"#{p.position}" for p in verify.declared_patches(lockfile.read_pin().version) if not p.extra}
-    table = _table(f"sglang-overlay status: {url}", ("node", "rank", "role", "pid", "overlay", "live patches"))
+    table = _table(f"sglang-overlay status: {url} ({report['source']})", ("node", "rank", "role", "pid", "overlay",
+                                                                         "live patches"))  # fmt: skip
     for r in report["processes"]:
         if r.get("remote"):
             there = "[green]yes[/]" if r["ok"] else ("[red]DIFFERS[/]" if r["overlay"] else "[red]ABSENT[/]")
@@ -336,8 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--to", metavar="VERSION", help="pip download --no-deps sglang==VERSION")
     g.add_argument("--wheel", metavar="FILE", help="a local sglang wheel")
-    p = command("status", "per process of a running local server: is the overlay there, which patches")
+    p = command("status", "per process of a running server: is the overlay there, which patches")
     p.add_argument("--url", required=True, help="the server's URL, e.g. http://127.0.0.1:30000")
+    p.add_argument("--api-key", default=os.environ.get(KEY_ENV), help="the key of a server run with "
+                   f"--api-key, for its GET /overlay/status (default: ${KEY_ENV})")  # fmt: skip
+    p.add_argument("--http", action="store_true", help="ask the server's GET /overlay/status even when it is local")
     command(
         "process-hook",
         "the .pth hook that enters processes SGLang starts without load_plugins()",
@@ -361,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {
         "check": lambda: run_check(args.json),
-        "status": lambda: run_status(args.url, args.json),
+        "status": lambda: run_status(args.url, args.json, args.api_key, args.http),
         "process-hook": lambda: run_process_hook(args.install, args.json),
         "lock": lambda: run_lock(args.wheel, args.check, args.include_extra, args.json),
         "rebase-check": lambda: run_rebase_check(args.to, args.wheel, args.json),

@@ -6,7 +6,8 @@
 4. ``registry``: declarations (``Patch``, ``Release``, ``Target``, ``Knob``); version and package passed in;
 5. ``verify``: the plan per target; ``readiness``: the one ``ready()`` rule over it (start-up, check, launch);
 6. ``records``, ``info``, ``processes``, ``server_status``: per-process records, the info metric, roles, the INFO line;
-7. ``hooking``: applying the plan in a process (lazy finder, proof, revert).
+7. ``http_status``: ``GET /overlay/status`` on upstream's app, and the client ``status --url`` asks remotely;
+8. ``hooking``: applying the plan in a process (lazy finder, proof, revert).
 
 Above the core: the entry points (``sglang_overlay.plugin``, ``sglang_overlay.process_start``), then the CLI.
 The order is a contract CI checks (``lint-imports``, contracts in pyproject.toml).

@@ -13,7 +13,10 @@ The job, in order (``apply``, once per process, under one lock):
    process never imports a patch-target module it would not import anyway.
 3. After hooking, the attribute must be a wrapper chain holding the overlay's hook
    and reaching the original object (``HookRegistry`` only logs a failure).
-4. Once ``prometheus_client`` is imported (SGLang's metrics set up), the info series (``core.info``).
+4. Once ``prometheus_client`` is imported (SGLang's metrics set up), the info series (``core.info``); once
+   upstream's HTTP module has defined its ``app`` (at the first import after, where this apply runs inside
+   that module's own import, as in a tokenizer worker), ``GET /overlay/status`` from the app's start
+   (``core.http_status``).
 
 Invariants: a patch is applied whole or not at all; the finder leaves
 ``sys.meta_path`` once nothing is pending; ``_revert`` restores the stored object
@@ -36,7 +39,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from sglang_overlay.core import info, lockfile, processes, propagation, settings, startup_cost
+from sglang_overlay.core import http_status, info, lockfile, processes, propagation, settings, startup_cost
 from sglang_overlay.core.introspection import raw_attribute, resolve_owner, unwrap_descriptor
 from sglang_overlay.core.readiness import ready
 from sglang_overlay.core.registry import Patch, Target
@@ -59,6 +62,7 @@ class _State:
         default_factory=dict
     )  # path -> (owner, attr, raw before hooking)
     after_import: dict[str, list] = field(default_factory=dict)  # module -> callbacks run once it executed
+    defined: dict[tuple[str, str], list] = field(default_factory=dict)  # (executing module, name) -> callbacks
     finder: "_DeferredPatchFinder | None" = None
     apply_s: float = 0.0  # time apply() itself took (verification + immediate hooks)
 
@@ -153,7 +157,7 @@ def _revert(patch_id: str) -> None:
 
 def _drop_finder_if_idle() -> None:
     """Leave sys.meta_path as it was once no target waits for its module."""
-    if not _STATE.pending and not _STATE.after_import and _STATE.finder is not None:
+    if not _STATE.pending and not _STATE.after_import and not _STATE.defined and _STATE.finder is not None:
         try:
             sys.meta_path.remove(_STATE.finder)
         except ValueError:
@@ -218,6 +222,8 @@ class _DeferredPatchFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: wraps the loader of modules that have pending targets."""
 
     def find_spec(self, fullname, path, target=None):
+        if _STATE.defined:
+            _run_defined()
         if fullname not in _STATE.pending and fullname not in _STATE.after_import:
             return None
         for finder in sys.meta_path:
@@ -274,6 +280,33 @@ def _publish_info(role: str | None) -> None:
         logger.warning("sglang-overlay: %s not published on /metrics: %r", info.METRIC, exc)
 
 
+def _after_import(module: str, callback, name: str | None = None) -> None:
+    """Run ``callback`` now if ``module`` has executed, else once it has (``_DeferredPatchFinder``); where this
+    apply runs inside ``module``'s own execution (a tokenizer worker entered at a target its import pulls in),
+    at the first import after ``module`` defines ``name``."""
+    loaded = sys.modules.get(module)
+    if loaded is None:
+        _STATE.after_import.setdefault(module, []).append(callback)
+    elif name and not hasattr(loaded, name):
+        _STATE.defined.setdefault((module, name), []).append(callback)
+    else:
+        callback()
+
+
+def _run_defined() -> None:
+    with _LOCK:
+        for (module, name), callbacks in list(_STATE.defined.items()):
+            if hasattr(sys.modules.get(module), name):
+                del _STATE.defined[(module, name)]
+                for callback in callbacks:
+                    callback()
+
+
+def _serve_status() -> None:
+    """``GET /overlay/status`` on upstream's app once it starts (``core.http_status``)."""
+    http_status.attach(sys.modules[http_status.HTTP_MODULE].app)
+
+
 def _apply_unlocked(lock_path, role: str | None = None) -> None:
     """apply() under _LOCK, once per process."""
     plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
@@ -293,12 +326,10 @@ def _apply_unlocked(lock_path, role: str | None = None) -> None:
             continue
         for target in patch.targets:
             _STATE.pending.setdefault(target.module, []).append((patch, target))
-    if "prometheus_client" in sys.modules:  # SGLang's metrics: the info series once its client is imported
-        _publish_info(role)
-    else:
-        _STATE.after_import["prometheus_client"] = [lambda: _publish_info(role)]
+    _after_import("prometheus_client", lambda: _publish_info(role))  # SGLang's metrics: the info series
+    _after_import(http_status.HTTP_MODULE, _serve_status, "app")  # GET /overlay/status on upstream's app
     now = [m for m in _STATE.pending if m in sys.modules]
-    if len(now) < len(_STATE.pending) or _STATE.after_import:
+    if len(now) < len(_STATE.pending) or _STATE.after_import or _STATE.defined:
         _STATE.finder = _DeferredPatchFinder()
         sys.meta_path.insert(0, _STATE.finder)
     for module in now:

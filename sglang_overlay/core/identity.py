@@ -18,10 +18,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 PACKAGE = "sglang"
 
@@ -37,7 +38,7 @@ class Identity:
 
 def _dist_name(record_dir: str) -> str:
     """``Foo_Bar-1.0.dist-info`` -> ``foo-bar`` (PEP 503 normalized)."""
-    return re.sub(r"[-_.]+", "-", record_dir.rsplit(".", 1)[0].split("-", 1)[0]).lower()
+    return canonicalize_name(record_dir.rsplit(".", 1)[0].split("-", 1)[0])
 
 
 def _ships_package(record: Path) -> bool:

@@ -1,5 +1,8 @@
 """Which processes of a running local SGLang server carry the overlay (``sglang-overlay status --url``).
 
+Another host's server, or one behind a forwarder, is asked over HTTP instead (``core.http_status``):
+:func:`is_local_server` tells which.
+
 The server's process tree is found from the URL: the process listening on its port
 (the HTTP main process, or the uvicorn/granian supervisor of tokenizer workers),
 walked up to the topmost SGLang process and then down to every descendant. Each
@@ -58,6 +61,25 @@ def _listener(port: int):
         if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
             return psutil.Process(conn.pid)
     raise ServerNotFound(f"no local process listens on port {port} (status reads this host's processes only)")
+
+
+def is_local_server(url: str) -> bool:
+    """Whether ``url`` names this host and an SGLang server process listens on its port here (so its records can
+    be read): not for another host, nor for a port a forwarder holds (``kubectl port-forward``, an SSH tunnel)."""
+    import psutil
+
+    parsed = urlparse(url if "://" in url else f"http://{url}")
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(parsed.hostname or "localhost", None)}
+    except OSError:
+        return False
+    here = {a.address.split("%")[0] for nics in psutil.net_if_addrs().values() for a in nics}
+    if not all(a in here or a.startswith("127.") or a in ("::1", "0.0.0.0", "::") for a in addresses):
+        return False
+    try:
+        return _is_server_process(_title(_listener(parsed.port or (443 if parsed.scheme == "https" else 80))))
+    except ServerNotFound:
+        return False
 
 
 def _title(proc) -> str:

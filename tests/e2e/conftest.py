@@ -32,6 +32,7 @@ OVERLAY_PICKLE_W2 = ServerConfig(
 OVERLAY_MSGPACK_W2 = ServerConfig(
     overlay=True, ipc="msgpack", tokenizer_workers=2, abort_triggers=True, extra_args=_METRICS
 )
+OVERLAY_API_KEY = ServerConfig(overlay=True, api_key="overlay-e2e-key")  # upstream's --api-key middleware
 UPSTREAM_PICKLE = ServerConfig(overlay=False, ipc="pickle", abort_triggers=True)
 UPSTREAM_MSGPACK = ServerConfig(overlay=False, ipc="msgpack", abort_triggers=True, extra_args=_METRICS)
 OVERLAY_PLAIN = ServerConfig(overlay=True)  # no abort triggers: long runs (GSM8K) must not meet the running timeout

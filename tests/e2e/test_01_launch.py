@@ -13,7 +13,7 @@ import pytest
 
 from sglang_overlay.core.installed import installed_sglang_version
 from sglang_overlay.core.registry import discover_patches
-from tests.e2e.conftest import OVERLAY_MSGPACK, OVERLAY_PICKLE_CLI
+from tests.e2e.conftest import OVERLAY_API_KEY, OVERLAY_MSGPACK, OVERLAY_PICKLE_CLI
 from tests.support.real_server.server import run_status
 
 pytestmark = pytest.mark.e2e
@@ -92,3 +92,22 @@ def test_status_command_lists_every_process_with_the_overlay(server):
     assert main["overlay"] and "openai-abort-status" in main["applied"]
     human = run_status(server.url)
     assert human.returncode == 0 and str(server.pid) in human.stdout
+
+
+def test_under_api_key_overlay_status_asks_for_the_key_like_upstreams_routes(server_pool):
+    """``--api-key``: upstream's middleware refuses ``/overlay/status`` without the key as it refuses
+    ``/server_info``; ``status`` says to pass the key, and with it (``--api-key``, or ``$OPENAI_API_KEY`` as
+    OpenAI clients read it) gets the server's report."""
+    server = server_pool.get(OVERLAY_API_KEY)
+    key = {"Authorization": f"Bearer {server.config.api_key}"}
+    assert httpx.get(f"{server.url}/overlay/status", timeout=60).status_code == 401
+    assert httpx.get(f"{server.url}/server_info", timeout=60).status_code == 401
+    answer = httpx.get(f"{server.url}/overlay/status", headers=key, timeout=60)
+    assert answer.status_code == 200 and answer.json()["ok"] is True, answer.text
+    refused = run_status(server.url, "--http", OPENAI_API_KEY="")
+    assert refused.returncode == 2 and "asks for its API key (pass its key with --api-key)" in refused.stderr
+    assert run_status(server.url, "--http", "--api-key", "wrong").returncode == 2
+    given = run_status(server.url, "--http", "--api-key", server.config.api_key)
+    assert given.returncode == 0 and "OK: every process" in given.stdout, given.stdout + given.stderr
+    from_env = run_status(server.url, "--http", OPENAI_API_KEY=server.config.api_key)
+    assert from_env.returncode == 0, from_env.stderr

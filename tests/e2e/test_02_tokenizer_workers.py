@@ -95,3 +95,36 @@ def test_metrics_carry_the_overlay_info_of_the_scheduler_and_the_http_workers(se
     assert all({k: s["labels"][k] for k in expected} == expected for s in series), (expected, series)
     roles = {s["labels"]["role"] for s in series}
     assert "scheduler" in roles and roles & {"http", "tokenizer_worker"}, roles
+
+
+def test_the_http_side_serves_overlay_status_with_every_process(server):
+    """``GET /overlay/status``, answered by a tokenizer worker (uvicorn's workers share the port): the same
+    processes, patches and verdict as the local records give."""
+    import httpx
+
+    local = json.loads(run_status(server.url, "--json").stdout)
+    answer = httpx.get(f"{server.url}/overlay/status", timeout=60.0)
+    assert answer.status_code == 200, answer.text
+    served = answer.json()
+    assert served["served_by"] in {p.pid for p in worker_processes(server)}, served["served_by"]
+    assert served["ok"] is True and local["ok"] is True
+    pick = ("pid", "role", "overlay", "live", "patches")
+    assert [{k: p[k] for k in pick} for p in served["processes"]] == [
+        {k: p[k] for k in pick} for p in local["processes"]
+    ]
+
+
+def test_status_through_a_forwarder_asks_the_server_over_http(server):
+    """Behind a port-forward (kubectl, SSH) the port's listener is not an SGLang process here: ``status --url``
+    asks the server's ``/overlay/status`` and prints the same rows, with the same exit code."""
+    from tests.support.forwarder import forwarded
+
+    local = json.loads(run_status(server.url, "--json").stdout)
+    with forwarded(server.port) as url:
+        result = run_status(url, "--json")
+        table = run_status(url)
+    assert result.returncode == 0 and table.returncode == 0, (result.stdout, result.stderr)
+    remote = json.loads(result.stdout)
+    assert remote["source"] == f"GET {url}/overlay/status"
+    assert [p["pid"] for p in remote["processes"]] == [p["pid"] for p in local["processes"]]
+    assert f"GET {url}/overlay/status" in table.stdout and "OK: every process" in table.stdout

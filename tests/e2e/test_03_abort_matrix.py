@@ -45,7 +45,7 @@ from tests.e2e.conftest import (
 )
 from tests.support.real_server.aborts import fire, judge
 from tests.support.real_server.probes import wait_idle
-from tests.support.real_server.server import VENV_BIN
+from tests.support.real_server.server import VENV_BIN, run_status
 
 pytestmark = pytest.mark.e2e
 
@@ -99,6 +99,19 @@ def test_status_command_exit_code_matches_the_overlay(server):
     else:  # pure upstream: the schedulers and the HTTP process lack it
         assert result.returncode == 1 and report["ok"] is False, result.stdout
         assert not any(p["overlay"] for p in report["processes"])
+
+
+def test_status_over_http_agrees_and_upstream_answers_404(server):
+    """``GET /overlay/status`` (``--http``): the overlay's server answers with the local verdict; pure upstream
+    has no such route (404), and ``status`` says the server runs without the overlay (exit 1)."""
+    answer = httpx.get(f"{server.url}/overlay/status", timeout=60.0)
+    result = run_status(server.url, "--http")
+    if server.config.overlay:
+        assert answer.status_code == 200 and answer.json()["ok"] is True, answer.text
+        assert result.returncode == 0 and "/overlay/status" in result.stdout, result.stdout + result.stderr
+    else:
+        assert answer.status_code == 404, answer.text
+        assert result.returncode == 1 and "the server runs without sglang-overlay" in result.stderr, result.stderr
 
 
 def teardown_module(module):

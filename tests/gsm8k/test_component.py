@@ -16,8 +16,12 @@ from tests.conftest import GSM8K_DIR, REPO, subprocess_env
 from tests.support.proc import VENV_BIN, run_python
 
 RUNNER_ROOTS = {"httpx", "tqdm", "matplotlib", "sglang_overlay_gsm8k"}
-# The one place the plugin's package may name the runner: the `sglang-overlay gsm8k` dispatch, inside main().
-ALLOWED_IN_PLUGIN = {("sglang_overlay/cli.py", "sglang_overlay_gsm8k.cli")}
+# The one place the plugin's package may name the runner: the `sglang-overlay gsm8k` dispatch, inside main();
+# and httpx in the client of `status --url` for another host (the CLI's, never a server process's: the probe).
+ALLOWED_IN_PLUGIN = {
+    ("sglang_overlay/cli.py", "sglang_overlay_gsm8k.cli"),
+    ("sglang_overlay/core/http_status.py", "httpx"),
+}
 
 # Runs in a fresh interpreter. Upstream's own plugin machinery (sglang.srt.plugins) already imports httpx
 # and tqdm, so "in sys.modules" cannot tell who imported them: the probe evicts them (upstream keeps its

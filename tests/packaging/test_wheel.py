@@ -143,10 +143,10 @@ def test_an_editable_install_has_no_hook_of_its_own(tmp_path):
 
 
 def _overlay_env(root: Path, wheel: Path, sglang: str) -> Path:
-    """A venv with the built overlay (and its three dependencies) and ``sglang`` installed ``--no-deps``."""
+    """A venv with the built overlay (and its dependencies) and ``sglang`` installed ``--no-deps``."""
     python, _ = new_env(root)
     pip(python, "install", "--no-deps", str(wheel), sglang)
-    pip(python, "install", "packaging", "rich", "psutil")
+    pip(python, "install", "packaging", "rich", "psutil", "httpx")
     return python
 
 

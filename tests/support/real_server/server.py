@@ -109,6 +109,7 @@ class ServerConfig:
     max_running_requests: int = 8
     extra_args: tuple = ()
     env: tuple = ()  # (("NAME", "value"), ...): hashable, so configs can key a cache
+    api_key: str | None = None  # --api-key: every request but upstream's exemptions must carry it
     pythonpath_first: tuple = ()  # directories before everything else (e.g. another checkout of the overlay)
 
     def __post_init__(self):
@@ -128,6 +129,8 @@ class ServerConfig:
             parts.append("aborts")
         if self.hicache:
             parts.append("hicache")
+        if self.api_key:
+            parts.append("key")
         if "--tp-size" in self.extra_args:
             parts.append("tp" + self.extra_args[self.extra_args.index("--tp-size") + 1])
         return "-".join(parts)
@@ -142,6 +145,8 @@ class ServerConfig:
             args += ["--tokenizer-worker-num", str(self.tokenizer_workers)]
         if self.hicache:
             args += HICACHE_FLAGS
+        if self.api_key:
+            args += ["--api-key", self.api_key]
         return args + list(self.extra_args)
 
     def command(self, model_dir: Path, port: int) -> list[str]:
@@ -175,11 +180,11 @@ class ServerConfig:
         return env
 
 
-def run_status(url: str, *extra: str) -> subprocess.CompletedProcess:
+def run_status(url: str, *extra: str, **env: str) -> subprocess.CompletedProcess:
     """``sglang-overlay status --url URL`` as an operator runs it (this environment's console script, reading
-    with the overlay under test: the checkout's, unless the installed one is under test)."""
+    with the overlay under test: the checkout's, unless the installed one is under test); ``env`` added."""
     return subprocess.run([str(VENV_BIN / "sglang-overlay"), "status", "--url", url, *extra], capture_output=True,
-                          text=True, timeout=120, env=subprocess_env())  # fmt: skip
+                          text=True, timeout=120, env=subprocess_env(**env))  # fmt: skip
 
 
 def free_port() -> int:
@@ -330,7 +335,8 @@ def _wait_ready(server: RealServer, timeout_s: float, poll_s: float = 0.5) -> No
     have entered ``TokenizerWorker.__init__``: one worker answers HTTP while uvicorn may still be spawning
     the next on loaded cores (CI saw a w2 server "ready" with one worker)."""
     start = time.monotonic()
-    with httpx.Client(timeout=5.0) as client:
+    headers = {"Authorization": f"Bearer {server.config.api_key}"} if server.config.api_key else {}
+    with httpx.Client(timeout=5.0, headers=headers) as client:
         while True:
             code = server.process.poll()
             if code is not None:
