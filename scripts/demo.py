@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sglang_overlay.cli import console, err_console, run_status  # noqa: E402
+from sglang_overlay.cli.render import console, err_console  # noqa: E402
+from sglang_overlay.cli.status import run_status  # noqa: E402
 from tests.support.real_server import server as server_tools  # noqa: E402
 from tests.support.real_server import smollm2  # noqa: E402
 from tests.support.real_server.model import build_tiny_model  # noqa: E402

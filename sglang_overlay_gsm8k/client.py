@@ -26,65 +26,21 @@ import json
 import random
 import ssl
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import httpx
 
+from sglang_overlay_gsm8k.outcome import ClientConfig, Outcome, RunnerError, api_root
+
+__all__ = ["ClientConfig", "Outcome", "Runner", "RunnerError", "api_root", "discover_model"]
+
 RETRYABLE_STATUS = {408, 425, 429}  # plus every 5xx
-
-
-class RunnerError(RuntimeError):
-    """The run cannot start (server unreachable, no model)."""
-
-
-@dataclass
-class ClientConfig:
-    base_url: str
-    mode: str = "completions"  # or "chat"
-    api_key: str | None = None
-    model: str | None = None
-    max_tokens: int = 512
-    temperature: float = 0.0
-    seed: int | None = None
-    stop: list[str] | None = None
-    stream: bool = False
-    parallel: int = 64
-    timeout_s: float = 600.0
-    max_retries: int = 3
-    backoff_s: float = 0.5
-    backoff_max_s: float = 8.0
-    give_up_after: int = 20
-
-
-@dataclass
-class Outcome:
-    """One question's request, after retries."""
-
-    index: int
-    text: str = ""
-    finish_reason: str | None = None
-    completion_tokens: int | None = None
-    prompt_tokens: int | None = None
-    latency_s: float | None = None  # the last attempt, send to last byte
-    ttft_s: float | None = None  # streaming only: first text chunk
-    total_s: float = 0.0  # all attempts and backoff
-    attempts: int = 0
-    error: str | None = None  # None, an HTTP status ("503"), "timeout", "connection", "abort", "protocol", "skipped"
-    error_message: str | None = None
-    retried: list[str] = field(default_factory=list)  # the error of each attempt that was retried
 
 
 class _AttemptError(Exception):
     def __init__(self, kind: str, message: str, retryable: bool, retry_after: float | None = None):
         super().__init__(message)
         self.kind, self.message, self.retryable, self.retry_after = kind, message, retryable, retry_after
-
-
-def api_root(base_url: str) -> str:
-    """``http://h:p``, ``http://h:p/`` and ``http://h:p/v1`` all name the same server."""
-    url = base_url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def _status_error(status: int, message: str, headers: httpx.Headers | None = None) -> _AttemptError:

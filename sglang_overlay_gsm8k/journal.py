@@ -18,7 +18,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from sglang_overlay_gsm8k import paired, report
+from sglang_overlay_gsm8k import paired, render, report
 
 FILES = ("results.jsonl", "results_b.jsonl")
 # A lone surrogate (a JSON "\\ud800" escape a server may send) cannot be encoded as UTF-8; written as the
@@ -53,11 +53,11 @@ def write_outputs(
         write_records(out_dir / "results_b.jsonl", b_records)
         written.append(out_dir / "results_b.jsonl")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    text = report.markdown(summary, records, verdict_line)
+    text = render.markdown(summary, records, verdict_line)
     if "paired" in summary:
         text += paired.markdown(summary)
     (out_dir / "report.md").write_text(text)
-    written += [out_dir / "summary.json", out_dir / "report.md", *report.plot(out_dir, records, summary, baseline)]
+    written += [out_dir / "summary.json", out_dir / "report.md", *render.plot(out_dir, records, summary, baseline)]
     if b_records is not None:
         written.append(paired.plot(out_dir / "paired.png", records, b_records))
     return written

@@ -3,7 +3,8 @@
 1. ``settings``, ``introspection`` (and ``sglang_overlay.errors``): environment variables, AST and attribute helpers;
 2. ``installed``, ``fingerprint``, ``process_hook``: the installed upstream (version, sources), the ``.pth`` line;
 3. ``lockfile``: the pins and their locks; ``rebase`` compares a lock with another wheel;
-4. ``registry``: declarations (``Patch``, ``Release``, ``Target``, ``Knob``); version and package passed in;
+4. ``registry``: finds the declarations (``declarations``: ``Patch``, ``Release``, ``Target``, ``Knob``); version
+   and package passed in;
 5. ``verify``: the plan per target; ``readiness``: the one ``ready()`` rule over it (start-up, check, launch);
 6. ``records``, ``info``, ``processes``, ``server_status``: per-process records, the info metric, roles, the INFO line;
 7. ``http_status``: ``GET /overlay/status`` on upstream's app, and the client ``status --url`` asks remotely;

@@ -8,7 +8,7 @@ The job, in order (``apply``, once per process, under one lock):
    raises; any other logs one warning.
 2. A target whose module is already imported is hooked at once through SGLang's
    ``HookRegistry``. Any other waits in ``_STATE.pending`` and is hooked the moment
-   its module finishes executing: ``_DeferredPatchFinder`` (first on
+   its module finishes executing: the finder of ``core.import_watch`` (first on
    ``sys.meta_path`` while anything is pending) wraps that module's loader. So a
    process never imports a patch-target module it would not import anyway.
 3. After hooking, the attribute must be a wrapper chain holding the overlay's hook
@@ -31,7 +31,6 @@ scheduler).
 
 from __future__ import annotations
 
-import importlib.abc
 import logging
 import sys
 import threading
@@ -39,8 +38,17 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from sglang_overlay.core import http_status, info, lockfile, processes, propagation, settings, startup_cost
-from sglang_overlay.core.introspection import raw_attribute, resolve_owner, unwrap_descriptor
+from sglang_overlay.core import (
+    http_status,
+    import_watch,
+    info,
+    lockfile,
+    processes,
+    propagation,
+    settings,
+    startup_cost,
+)
+from sglang_overlay.core.introspection import chain_holds, raw_attribute, resolve_owner, unwrap_descriptor
 from sglang_overlay.core.readiness import ready
 from sglang_overlay.core.registry import Patch, Target
 from sglang_overlay.core.verify import make_plan
@@ -63,7 +71,7 @@ class _State:
     )  # path -> (owner, attr, raw before hooking)
     after_import: dict[str, list] = field(default_factory=dict)  # module -> callbacks run once it executed
     defined: dict[tuple[str, str], list] = field(default_factory=dict)  # (executing module, name) -> callbacks
-    finder: "_DeferredPatchFinder | None" = None
+    finder: import_watch.AfterExecFinder | None = None
     apply_s: float = 0.0  # time apply() itself took (verification + immediate hooks)
 
 
@@ -88,25 +96,6 @@ def status() -> dict:
 # --------------------------------------------------------------------------- hooking
 
 
-def _chain_holds(current, hook, original) -> bool:
-    """True when the wrapper chain starting at ``current`` holds ``hook`` and reaches ``original``."""
-    fn = unwrap_descriptor(current)
-    saw_hook = False
-    seen = 0
-    while fn is not None and seen < 64:
-        if fn is original:
-            return saw_hook
-        for cell in getattr(fn, "__closure__", None) or ():
-            try:
-                if cell.cell_contents is hook:
-                    saw_hook = True
-            except ValueError:  # empty cell
-                pass
-        fn = getattr(fn, "__wrapped__", None)
-        seen += 1
-    return False
-
-
 def _hook_target(patch: Patch, target: Target, before: frozenset[str] | None = None) -> None:
     """``before``: ``sys.modules``'s names as the target's module began executing (it has just executed): only the
     modules imported since, its hook's module included, can hold a stale binding of the target
@@ -129,7 +118,7 @@ def _hook_target(patch: Patch, target: Target, before: frozenset[str] | None = N
     with propagation.propagating_within(propagation.new_modules(before)) if narrowed else nullcontext():
         HookRegistry.apply_hooks()
     current = raw_attribute(resolve_owner(target.module, target.owner_path), target.attribute)
-    if not _chain_holds(current, hook, original):
+    if not chain_holds(current, hook, original):
         raise OverlayError(
             f"patch '{patch.id}' target {target.path}: the hook did not take "
             f"(found {current!r}; SGLang's HookRegistry logs why above)"
@@ -199,44 +188,13 @@ def _apply_module(module: str, before: frozenset[str] | None = None) -> None:
             processes.write_record(status())
 
 
-class _ApplyAfterExecLoader(importlib.abc.Loader):
-    """Delegates to the real loader, then hooks the module's pending targets."""
-
-    def __init__(self, inner, module: str):
-        self._inner = inner
-        self._module = module
-
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module):
-        before = frozenset(sys.modules)
-        self._inner.exec_module(module)
-        _apply_module(self._module, before)
-
-    def __getattr__(self, name):  # get_source, get_filename, ... for inspect/linecache
-        return getattr(self._inner, name)
+def _watched(module: str) -> bool:
+    return module in _STATE.pending or module in _STATE.after_import
 
 
-class _DeferredPatchFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader of modules that have pending targets."""
-
-    def find_spec(self, fullname, path, target=None):
-        if _STATE.defined:
-            _run_defined()
-        if fullname not in _STATE.pending and fullname not in _STATE.after_import:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None:
-            spec.loader = _ApplyAfterExecLoader(spec.loader, fullname)
-        return spec
+def _on_import() -> None:
+    if _STATE.defined:
+        _run_defined()
 
 
 # --------------------------------------------------------------------------- entry
@@ -281,7 +239,7 @@ def _publish_info(role: str | None) -> None:
 
 
 def _after_import(module: str, callback, name: str | None = None) -> None:
-    """Run ``callback`` now if ``module`` has executed, else once it has (``_DeferredPatchFinder``); where this
+    """Run ``callback`` now if ``module`` has executed, else once it has (the finder of ``core.import_watch``); where this
     apply runs inside ``module``'s own execution (a tokenizer worker entered at a target its import pulls in),
     at the first import after ``module`` defines ``name``."""
     loaded = sys.modules.get(module)
@@ -330,7 +288,7 @@ def _apply_unlocked(lock_path, role: str | None = None) -> None:
     _after_import(http_status.HTTP_MODULE, _serve_status, "app")  # GET /overlay/status on upstream's app
     now = [m for m in _STATE.pending if m in sys.modules]
     if len(now) < len(_STATE.pending) or _STATE.after_import or _STATE.defined:
-        _STATE.finder = _DeferredPatchFinder()
+        _STATE.finder = import_watch.AfterExecFinder(_watched, _apply_module, _on_import)
         sys.meta_path.insert(0, _STATE.finder)
     for module in now:
         _apply_module(module)

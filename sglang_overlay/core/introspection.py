@@ -9,7 +9,8 @@ Two views of one target ``module.Qual.name``:
   the object holding the attribute and the attribute as stored, so a
   ``classmethod``/``staticmethod`` wrapper is kept and can be restored as it was.
 
-``sha256_tag`` writes every digest the overlay records (``sha256:<hex>``).
+``sha256_tag`` writes every digest the overlay records (``sha256:<hex>``); ``chain_holds`` tells whether a
+wrapper chain holds a hook and reaches the original object (the proof that a hook took).
 Cost: pure functions, no imports beyond the standard library.
 """
 
@@ -78,3 +79,22 @@ def raw_attribute(owner, attr: str):
 def unwrap_descriptor(obj):
     """The function inside a classmethod/staticmethod, else ``obj`` itself."""
     return obj.__func__ if isinstance(obj, (classmethod, staticmethod)) else obj
+
+
+def chain_holds(current, hook, original) -> bool:
+    """True when the wrapper chain starting at ``current`` holds ``hook`` and reaches ``original``."""
+    fn = unwrap_descriptor(current)
+    saw_hook = False
+    seen = 0
+    while fn is not None and seen < 64:
+        if fn is original:
+            return saw_hook
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                if cell.cell_contents is hook:
+                    saw_hook = True
+            except ValueError:  # empty cell
+                pass
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return False

@@ -87,7 +87,8 @@ def test_every_shipped_patch_is_wrapped_after_its_modules_import():
     import importlib, json
     from sglang.srt.plugins import load_plugins
     load_plugins()
-    from sglang_overlay.core.hooking import status, _chain_holds
+    from sglang_overlay.core.hooking import status
+    from sglang_overlay.core.introspection import chain_holds
     from sglang_overlay.core.introspection import raw_attribute, resolve_owner
     from sglang_overlay.core import lockfile
     from sglang_overlay.core.registry import discover_patches
@@ -100,7 +101,7 @@ def test_every_shipped_patch_is_wrapped_after_its_modules_import():
             innermost = cur.__func__ if isinstance(cur, (classmethod, staticmethod)) else cur
             while hasattr(innermost, "__wrapped__"):
                 innermost = innermost.__wrapped__
-            out[t.path] = innermost is not cur and _chain_holds(cur, t.resolve_hook(), innermost)
+            out[t.path] = innermost is not cur and chain_holds(cur, t.resolve_hook(), innermost)
     print("REPORT" + json.dumps({"status": status(), "targets": out, "ids": [p.id for p in patches]}))
     """
     rep = report(run_python(code))

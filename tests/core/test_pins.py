@@ -149,7 +149,7 @@ def test_a_dotted_module_whose_package_does_not_import_is_missing_not_a_tracebac
 
 
 def test_check_is_not_ok_when_the_installed_sglang_does_not_import(monkeypatch):
-    from sglang_overlay import cli
+    from sglang_overlay.cli import check as cli
 
     real = installed.importlib.import_module
 

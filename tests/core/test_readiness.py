@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from sglang_overlay import cli
+from sglang_overlay.cli import check as cli_check
 from sglang_overlay.core import lockfile, process_hook, readiness, verify
 from sglang_overlay.core.server_status import _is_server_process
 
@@ -96,9 +97,9 @@ def test_check_and_launch_refuse_what_the_rule_refuses(no_hook):
     """``check`` knows no launch command line (workers not told: the hook's absence counts); ``launch`` reads
     its own arguments; both are the rule with ``environment=True``."""
     plan = verify.make_plan()
-    report = cli._check_report(plan, [])
+    report = cli_check._check_report(plan, [])
     assert report["ok"] is False and any("process-start hook" in p for p in report["readiness"])
-    assert cli._check_report(plan, ["sglang-overlay", "--model-path", "m"])["readiness"] == readiness.ready(
+    assert cli_check._check_report(plan, ["sglang-overlay", "--model-path", "m"])["readiness"] == readiness.ready(
         plan, argv=["sglang-overlay", "--model-path", "m"], environment=True
     )
 
@@ -157,7 +158,7 @@ def test_a_dependency_gone_from_upstream_is_missing(monkeypatch):
 
 
 def test_check_lists_dependencies_beside_targets():
-    report = cli._check_report(verify.make_plan(), ["sglang-overlay"])
+    report = cli_check._check_report(verify.make_plan(), ["sglang-overlay"])
     locked = lockfile.read_lock()["dependencies"]
     assert {r["target"] for r in report["dependencies"]} == set(locked)
     assert {r["fingerprint"] for r in report["dependencies"]} == {"match"}
@@ -229,7 +230,7 @@ def test_a_rule_added_to_ready_refuses_start_up_check_and_launch_alike(monkeypat
     monkeypatch.setattr(readiness, "RULES", [*readiness.RULES, added])
     monkeypatch.setattr(hooking, "_STATE", hooking._State())  # this process's own state stays untouched
     monkeypatch.setattr(process_hook, "installed_path", lambda: "/hook.pth")  # only the added rule objects
-    monkeypatch.setattr(cli.os, "execv", lambda *a: pytest.fail("launch ran SGLang's launcher"))
+    monkeypatch.setattr(cli_check.os, "execv", lambda *a: pytest.fail("launch ran SGLang's launcher"))
     with pytest.raises(OverlayStartupError, match=message):
         plugin.load()
     assert hooking.status()["started"] is False and hooking.status()["applied"] == {}

@@ -19,7 +19,7 @@ RUNNER_ROOTS = {"httpx", "tqdm", "matplotlib", "sglang_overlay_gsm8k"}
 # The one place the plugin's package may name the runner: the `sglang-overlay gsm8k` dispatch, inside main();
 # and httpx in the client of `status --url` for another host (the CLI's, never a server process's: the probe).
 ALLOWED_IN_PLUGIN = {
-    ("sglang_overlay/cli.py", "sglang_overlay_gsm8k.cli"),
+    ("sglang_overlay/cli/__init__.py", "sglang_overlay_gsm8k.cli"),
     ("sglang_overlay/core/http_status.py", "httpx"),
 }
 
@@ -98,8 +98,8 @@ def test_the_runner_uses_nothing_of_the_plugin_but_its_version():
         for m in _imports(path)
         if m.split(".")[0] == "sglang_overlay"
     }
-    assert used == {("cli.py", "sglang_overlay.version")}
-    tree = ast.parse((REPO / "sglang_overlay_gsm8k" / "cli.py").read_text(encoding="utf-8"))
+    assert used == {("session.py", "sglang_overlay.version")}
+    tree = ast.parse((REPO / "sglang_overlay_gsm8k" / "session.py").read_text(encoding="utf-8"))
     names = {
         a.name
         for n in ast.walk(tree)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_overlay_gsm8k import data, journal, report
+from sglang_overlay_gsm8k import data, journal, render, report
 from sglang_overlay_gsm8k.client import Outcome
 from tests.conftest import GSM8K_DIR
 
@@ -125,13 +125,13 @@ def test_bad_baseline_files(tmp_path):
 def test_files(test_split, tmp_path):
     records = [report.score(p, o) for p, o in zip(test_split, _outcomes(test_split))]
     s = report.summarize(records, wall_s=2.0, config={"mode": "completions", "model": "m"})
-    md = report.markdown(s, records, "FAIL: something")
+    md = render.markdown(s, records, "FAIL: something")
     assert "**FAIL: something**" in md and "## Invalid (no number): 2" in md and "8 (503)" in md
     journal.write_records(tmp_path / "r.jsonl", records)
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert len(rows) == 40
     assert {"id", "question", "gold", "prediction", "output", "latency_s", "completion_tokens", "error"} <= set(rows[0])
-    written = report.plot(tmp_path, records, s, {"accuracy": 0.9})
+    written = render.plot(tmp_path, records, s, {"accuracy": 0.9})
     assert [p.name for p in written] == ["accuracy.png", "latency.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
 
