@@ -71,6 +71,7 @@ OLDER_PIN_CI_SLOW = (
     "tests/core/test_processes.py::test_a_child_of_an_overlay_process_is_entered_at_its_first_target_import",
     "tests/core/test_readiness.py::test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency",
     "tests/core/test_http_status.py::test_on_upstreams_app_the_route_asks_for_the_key_like_upstreams_routes",
+    "tests/core/test_needed.py::test_check_needed_reports_every_shipped_patch_as_needed_with_its_evidence",
 )
 WHEEL_PYTHON = "3.12"  # SGLang's official image: Python 3.12 as python3
 

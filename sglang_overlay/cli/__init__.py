@@ -5,7 +5,8 @@ without a terminal, as in CI logs and pipes, the table takes its natural width),
 reports takes ``--json``.
 
 - ``check``: every patch and target (match / drift / missing), enabled or not, the plugin's discovery and
-  the process-start hook; exit 0 only when ``core.readiness.ready()`` finds nothing.
+  the process-start hook; exit 0 only when ``core.readiness.ready()`` finds nothing. ``check --needed``: each
+  patch's probe of upstream's bug (``core.needed``).
 - ``status --url URL``: per process of a running server, which patches are live (this host's records for a
   local server, else its ``GET /overlay/status``).
 - ``process-hook --install | --check``: the ``.pth`` hook (``core.process_hook``).
@@ -26,7 +27,7 @@ import argparse
 import os
 import sys
 
-from sglang_overlay.cli.check import run_check, run_launch
+from sglang_overlay.cli.check import run_check, run_launch, run_needed
 from sglang_overlay.cli.maintain import run_lock, run_process_hook, run_rebase_check
 from sglang_overlay.cli.status import run_status
 from sglang_overlay.core import settings
@@ -50,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help="print the report as JSON")
         return p
 
-    command("check", "verify every patch against the installed upstream")
+    p = command("check", "verify every patch against the installed upstream")
+    p.add_argument("--needed", action="store_true", help="run each patch's probe of upstream's bug instead: is "
+                   "it still needed on the installed release (needed / fixed upstream / cannot tell)")  # fmt: skip
     p = command("lock", "regenerate patches/pins/<version>/upstream.lock from the installed upstream")
     p.add_argument(
         "--wheel",
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return gsm8k_main(argv[1:])
     args = build_parser().parse_args(argv)
     commands = {
-        "check": lambda: run_check(args.json),
+        "check": lambda: run_needed(args.json) if args.needed else run_check(args.json),
         "status": lambda: run_status(args.url, args.json, args.api_key, args.http),
         "process-hook": lambda: run_process_hook(args.install, args.json),
         "lock": lambda: run_lock(args.wheel, args.check, args.include_extra, args.json),

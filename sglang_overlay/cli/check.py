@@ -143,3 +143,34 @@ def run_launch(args: list[str]) -> int:
         return 2
     os.execv(sys.executable, cmd)
     return 0  # not reached
+
+
+def run_needed(as_json: bool = False) -> int:
+    """Per patch: needed (what upstream does wrong), fixed upstream, or cannot tell here (``core.needed``)."""
+    from sglang_overlay.core import needed
+
+    try:
+        rows = needed.findings()
+    except (LookupError, OverlayError, OSError, ValueError) as exc:
+        err_console.print(f"[red]sglang-overlay check --needed: {exc}[/red]")
+        return 2
+    code = needed.exit_code(rows)
+    if as_json:
+        print(json.dumps({"sglang": installed.installed_sglang_version(), "patches": rows, "exit_code": code},
+                         indent=2))  # fmt: skip
+        return code
+    colour = {needed.NEEDED: "green", needed.FIXED_UPSTREAM: "yellow", needed.CANNOT_TELL: "red"}
+    table = _table(f"still needed on sglang=={installed.installed_sglang_version()}? (each patch's probe, without "
+                   "the overlay)", ("patch", "verdict", "what upstream does"))  # fmt: skip
+    for r in rows:
+        verdict = f"[{colour[r['verdict']]}]{r['verdict']}[/]" + ("" if r["enabled"] else " (disabled)")
+        table.add_row(r["patch"], verdict, r["evidence"])
+    console.print(table)
+    console.print(
+        {
+            0: "[green]every enabled patch is still needed[/]",
+            1: '[yellow]a patch is fixed upstream: read its description\'s "When it can be dropped" and drop it[/]',
+            2: "[red]a probe cannot tell here: see its line[/]",
+        }[code]  # fmt: skip
+    )
+    return code

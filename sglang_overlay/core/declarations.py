@@ -68,11 +68,42 @@ class Target:
         return self.hook.partition(":")[0]
 
     def resolve_hook(self):
-        module_name, _, func_name = self.hook.partition(":")
-        obj = importlib.import_module(module_name)
-        for part in func_name.split("."):
-            obj = getattr(obj, part)
-        return obj
+        return resolve(self.hook)
+
+
+def resolve(spec: str):
+    """``"package.module:function"`` -> the object (imports the module)."""
+    module_name, _, func_name = spec.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in func_name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+NEEDED, FIXED_UPSTREAM, CANNOT_TELL = "needed", "fixed upstream", "cannot tell"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a patch's probe found upstream doing, on the installed release, without the overlay.
+
+    ``verdict``: ``NEEDED`` (upstream still has the bug), ``FIXED_UPSTREAM`` (the description's "When it can
+    be dropped" has come) or ``CANNOT_TELL`` (why, in ``evidence``). ``evidence``: one line, what upstream did.
+    """
+
+    verdict: str
+    evidence: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in (NEEDED, FIXED_UPSTREAM, CANNOT_TELL):
+            raise RegistryError(f"finding verdict {self.verdict!r} not in {(NEEDED, FIXED_UPSTREAM, CANNOT_TELL)}")
+        if not self.evidence.strip() or "\n" in self.evidence:
+            raise RegistryError(f"finding evidence must be one non-empty line, not {self.evidence!r}")
+
+
+def _probe_spec(probe: str | None, where: str) -> None:
+    if probe is not None and ":" not in probe:
+        raise RegistryError(f"{where}: probe {probe!r} must be 'module:function' (returning a Finding)")
 
 
 @dataclass(frozen=True)
@@ -105,8 +136,10 @@ class Release:
     targets: tuple[Target, ...]
     folder: str = ""
     depends: tuple[Dependency, ...] = ()  # what this folder's hooks call or override without hooking it
+    probe: str | None = None  # "module:function" -> Finding: this design's upstream bug, on the installed release
 
     def __post_init__(self) -> None:
+        _probe_spec(self.probe, f"release {self.folder or '?'}")
         spec = _specifier(self.upstream, f"release {self.folder or '?'}")
         if not str(spec):
             raise RegistryError(f"release {self.folder or '?'}: declares no upstream range (use the patch's targets)")
@@ -167,8 +200,10 @@ class Patch:
     releases: tuple[Release, ...] = ()
     depends: tuple[Dependency, ...] = ()  # what the patch's own (every-release) hooks call without hooking it
     extra: bool = field(default=False, compare=False)  # declared outside the shipped series
+    probe: str | None = None  # "module:function" -> Finding (a release folder's own probe takes precedence)
 
     def __post_init__(self) -> None:
+        _probe_spec(self.probe, f"patch {self.id}")
         if not _ID.match(self.id):
             raise RegistryError(f"patch id {self.id!r} must be lower-case words joined by '-'")
         if not isinstance(self.position, int) or isinstance(self.position, bool) or self.position < 0:
@@ -219,7 +254,8 @@ class Patch:
         if not targets:
             return None
         depends = tuple(dict.fromkeys((*self.depends, *(release.depends if release else ()))))
-        return replace(self, targets=targets, releases=(), depends=depends)
+        probe = (release.probe if release else None) or self.probe
+        return replace(self, targets=targets, releases=(), depends=depends, probe=probe)
 
 
 def overlap(a: SpecifierSet, b: SpecifierSet) -> str | None:

@@ -36,10 +36,14 @@ import pkgutil
 from dataclasses import replace
 
 from sglang_overlay.core.declarations import (
+    CANNOT_TELL,
+    FIXED_UPSTREAM,
     HOOK_TYPES,
+    NEEDED,
     PATCHES_PACKAGE,
     ROLES,
     Dependency,
+    Finding,
     Knob,
     Patch,
     Release,
@@ -50,6 +54,10 @@ from sglang_overlay.errors import RegistryError
 
 __all__ = [
     "ANY_UPSTREAM",
+    "CANNOT_TELL",
+    "FIXED_UPSTREAM",
+    "NEEDED",
+    "Finding",
     "HOOK_TYPES",
     "ROLES",
     "Dependency",

@@ -1,7 +1,7 @@
 """Every upstream definition a hook relies on is declared and locked: found mechanically, in-process.
 
 For each patch of the installed release, the hook modules it runs here (the patch's root and the release folder
-serving this release) are parsed. An upstream name they use is one of:
+serving this release, less its ``check --needed`` probes) are parsed. An upstream name they use is one of:
 - an attribute (``x.name``, or ``getattr/setattr/hasattr(x, "name")``) whose name is defined by an upstream class
   the hooks touch: the targets' owner classes, the classes of the targets' modules and of the upstream modules
   the hooks import from, with their sglang bases;
@@ -40,7 +40,10 @@ def _hook_files(patch) -> list[Path]:
     whole = WHOLE[patch.id]
     serving = whole.release_for(VERSION)
     other = {r.folder for r in whole.releases} - ({serving.folder} if serving else set())
-    return sorted(f for f in root.rglob("*.py") if not (set(f.relative_to(root).parts[:-1]) & other))
+    files = root.rglob("*.py")
+    # a probe (probe.py, ``check --needed``) runs upstream's code outside servers: a name it uses that moves
+    # makes it "cannot tell" with the reason, never a server running unlocked code, so it is not scanned
+    return sorted(f for f in files if f.name != "probe.py" and not (set(f.relative_to(root).parts[:-1]) & other))
 
 
 def _imported_upstream_modules(patch) -> set[str]:

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from sglang_overlay.version import __version__
 from tests.support.proc import HOOK_REPORT, hook_report, run_cli, run_python
 
 pytestmark = pytest.mark.ci_slow  # fresh interpreters that import sglang: seconds each
@@ -242,7 +243,7 @@ def test_wrong_sglang_version_refuses_unless_opted_out(demo_lock, tmp_path):
     proc = run_python(LOAD_ONLY, **demo_env(lock))
     assert proc.returncode == 1
     assert (
-        f"sglang-overlay 0.1.0 does not support the installed sglang {found}: its lock pins sglang=={other}"
+        f"sglang-overlay {__version__} does not support the installed sglang {found}: its lock pins sglang=={other}"
         in proc.stderr
     )
     proc = run_python(LOAD_ONLY, **demo_env(lock, SGLANG_OVERLAY_ALLOW_UNPINNED="1"))

@@ -11,17 +11,21 @@ import json
 import subprocess
 
 import pytest
+from packaging.version import Version
 
 from sglang_overlay.core import installed, lockfile, verify
 from sglang_overlay.core.registry import ANY_UPSTREAM, Patch, Release, Target, discover_patches
 from tests.conftest import REPO
 
-PINS = {"0.5.20": REPO / "patches" / "pins" / "0.5.20", "0.5.23": REPO / "patches" / "pins" / "0.5.23"}
-DEFAULT = "0.5.23"
+# What the folders say, read here without the code under test: each folder with a lock, oldest first.
+PINS = {p.name: p for p in sorted((REPO / "patches" / "pins").glob("*/upstream.lock"), key=lambda f: Version(f.parent.name))
+        for p in [p.parent]}  # fmt: skip
+DEFAULT = (REPO / "patches" / "pins" / "default").read_text(encoding="utf-8").strip()
 
 
 def test_the_supported_pins_are_the_folders_and_the_default_is_one_line():
-    assert lockfile.pin_dirs() == PINS and list(lockfile.pin_dirs()) == ["0.5.20", "0.5.23"]  # oldest first
+    assert lockfile.pin_dirs() == PINS and list(lockfile.pin_dirs()) == list(PINS)  # oldest first
+    assert {"0.5.20", "0.5.23"} <= set(PINS) and DEFAULT in PINS
     assert lockfile.pin_dir("0.5.99") == REPO / "patches/pins/0.5.99"
     assert (REPO / "patches/pins/default").read_text() == DEFAULT + "\n" and lockfile.default_version() == DEFAULT
 

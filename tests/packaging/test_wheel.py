@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from sglang_overlay.core.process_hook import PTH_LINE, PTH_NAME
+from sglang_overlay.version import __version__
 from tests.conftest import REPO
 from tests.support.checkout import copy_checkout
 
@@ -108,7 +109,9 @@ def test_uninstall_removes_the_hook_and_an_upgrade_replaces_it(dists, tmp_path):
     pip(python, "install", "--no-deps", str(dists[0]))
     copy = copy_checkout(tmp_path / "next")  # the next release: another version, another hook line
     version_py = copy / "sglang_overlay" / "version.py"
-    version_py.write_text(version_py.read_text().replace('__version__ = "0.1.0"', '__version__ = "0.1.1"'))
+    text = version_py.read_text()
+    assert f'__version__ = "{__version__}"' in text  # else the replace below would change nothing
+    version_py.write_text(text.replace(f'__version__ = "{__version__}"', f'__version__ = "{__version__}.post1"'))
     hook_py = copy / "sglang_overlay" / "core" / "process_hook.py"
     old = hook_py.read_text()
     new = old.replace("except ImportError:\\\\n pass", "except ImportError:\\\\n  pass")
@@ -116,7 +119,9 @@ def test_uninstall_removes_the_hook_and_an_upgrade_replaces_it(dists, tmp_path):
     hook_py.write_text(new)
     upgrade, _ = build(copy, tmp_path / "dist-next")
     pip(python, "install", "--no-deps", str(upgrade))
-    assert [p.name for p in site.glob("sglang_overlay-*.dist-info")] == ["sglang_overlay-0.1.1.dist-info"]
+    assert [p.name for p in site.glob("sglang_overlay-*.dist-info")] == [
+        f"sglang_overlay-{__version__}.post1.dist-info"
+    ]
     line = (site / PTH_NAME).read_text()
     assert line != PTH_LINE and "except ImportError:\\n  pass" in line
     pip(python, "uninstall", "-y", "sglang-overlay")

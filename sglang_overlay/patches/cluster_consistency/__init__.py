@@ -2,7 +2,8 @@
 
 Root (every release): ``state.py`` (what a rank reports, and how two reports differ), ``exchange.py`` (the
 reports through the job's own rendezvous store: O(N) requests per job, a bounded wait), ``verdict.py`` (the one
-verdict every rank receives, and the refusal), ``settings.py`` (its knob).
+verdict every rank receives, and the refusal), ``settings.py`` (its knob), ``probe.py`` (still needed: does
+upstream compare the plugins across ranks itself?).
 Release folders (where the process group exists): ``torch_distributed/`` (< 0.5.23) and ``parallel_runtime/``
 (>= 0.5.23). Description and exit condition: ``patches/cluster-consistency.md``.
 """
@@ -18,4 +19,5 @@ PATCH = Patch(
     description="cluster-consistency.md",
     role="scheduler",
     knobs=(WAIT_S,),
+    probe="sglang_overlay.patches.cluster_consistency.probe:probe",
 )

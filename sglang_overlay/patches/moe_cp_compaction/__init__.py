@@ -15,6 +15,7 @@ PATCH = Patch(
     title="DeepSeek-V2 MoE: compact CP-local valid rows before sparse MoE, restore the padded layout after",
     description="moe-cp-compaction.md",
     role="scheduler",
+    probe=f"{__name__}.probe:probe",
     targets=(
         Target(
             "sglang.srt.models.deepseek_v2",

@@ -31,6 +31,7 @@ PATCH = Patch(
         ),
     ),
     knobs=(ABORT_HTTP_STATUS,),
+    probe=f"{__name__}.probe:probe",
     depends=(
         Dependency(
             "sglang.srt.entrypoints.openai.serving_base", "OpenAIServingBase.create_error_response", "streaming"

@@ -14,6 +14,7 @@ from sglang_overlay.errors import OverlayError
 from sglang_overlay.patches.cluster_consistency import exchange
 from sglang_overlay.patches.cluster_consistency.state import COMPARED, differences, local_state
 from sglang_overlay.patches.cluster_consistency.verdict import arrival, digest
+from sglang_overlay.version import __version__
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +93,7 @@ def test_not_strict_warns_once_and_starts(monkeypatch, caplog):
     store = dist.HashStore()
     _other_node(store, 1, overlay="0.0.9")
     (found,) = _ranks(2, store, only=[0]).values()
-    assert found["differing"] == {1: ["overlay '0.0.9' there, '0.1.0' here"]}
+    assert found["differing"] == {1: [f"overlay '0.0.9' there, '{__version__}' here"]}
     assert len([m for m in caplog.messages if "not the same on every rank" in m]) == 1
 
 
@@ -138,7 +139,7 @@ def test_what_a_rank_received_is_kept_for_status_and_removed_at_exit(records_her
     assert (verdict.ranks, verdict.nnodes, verdict.digest, verdict.ok) == (3, 3, kept.digest, False)
     assert [(g.ranks, g.node) for g in verdict.missing] == [("2", 2)]
     assert [(g.ranks, g.node, g.host, g.pid, g.differs) for g in verdict.differing] == [
-        ("1", 1, "node-b", 4242, ("overlay '0.0.9' there, '0.1.0' here",))
+        ("1", 1, "node-b", 4242, (f"overlay '0.0.9' there, '{__version__}' here",))
     ]
     assert [(g.ranks, g.node, g.host) for g in verdict.nodes] == [("0", 0, local_state(0)["host"]), ("1", 1, "node-b")]
     assert records_here == [(records.forget, os.getpid(), records.PEERS)]

@@ -134,41 +134,9 @@ def test_device_tensors_are_prepared_once_per_device():
     assert count.dtype == torch.int32 and count.shape == () and int(count) == 4
 
 
-# ----------------------------------------------------------------- the bug, shown on upstream's mask
-
-
-def _rows_upstream_lets_through(layout):
-    """Rows whose top-k ids survive upstream's suffix mask with num_token_non_padded
-    = this rank's valid count (the mask its CUDA top-k kernels apply). The ids are
-    a column-major view so that upstream takes its eager branch (its Triton branch
-    needs a GPU driver)."""
-    from tests.support.runtime import publish_cpu_runtime
-
-    publish_cpu_runtime()
-    from sglang.srt.layers.moe.topk import _mask_topk_ids_padded_region
-
-    topk_ids = torch.arange(layout.num_rows, dtype=torch.int32).repeat(4, 1).t()
-    assert topk_ids.stride(1) != 1
-    _mask_topk_ids_padded_region(topk_ids, torch.tensor(layout.num_valid, dtype=torch.int32))
-    return torch.nonzero(topk_ids[:, 0] != -1).flatten().tolist()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="upstream's suffix mask drops valid lane-slot rows and admits dummy ones",
-)
-def test_upstream_suffix_mask_keeps_exactly_the_valid_lane_slot_rows():
-    layout = lane_slot_layout([5, 2, 3], 2, 1)
-    assert _rows_upstream_lets_through(layout) == layout.row_indices().tolist()
-
-
-def test_upstream_suffix_mask_on_lane_slots_drops_valid_rows_and_admits_dummy_rows():
-    layout = lane_slot_layout([5, 2, 3], 2, 1)
-    through = set(_rows_upstream_lets_through(layout))
-    valid = set(layout.row_indices().tolist())
-    assert valid - through == {4}  # c1, a valid row, masked out
-    assert through - valid == {2}  # A's dummy slot let into top-k
+# The bug, shown on upstream's own top-k mask (a suffix of num_token_non_padded rows: a valid lane-slot row
+# dropped, a dummy one admitted), is the patch's probe: sglang_overlay/patches/moe_cp_compaction/probe.py,
+# tested in tests/patches/moe_cp_compaction/test_probe.py and reported by `sglang-overlay check --needed`.
 
 
 # ----------------------------------------------------------------- sources and edge cases of the producers

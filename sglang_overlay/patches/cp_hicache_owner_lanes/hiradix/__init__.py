@@ -2,7 +2,8 @@
 
 Modules: ``state.py`` (per-cache state, metadata derivation), ``stamping.py`` (metadata on insert, split,
 ``rotation_base_of``, ``cache_*_req``), ``load_back.py`` (the owner-classed load-back), ``allocation.py``
-(the chain's run and its owner-classed pages), ``eviction.py`` (a plan through upstream's primitives).
+(the chain's run and its owner-classed pages), ``eviction.py`` (a plan through upstream's primitives);
+``probe.py`` (is upstream's bug still there? ``check --needed``).
 """
 
 from sglang_overlay.core.registry import Dependency, Release, Target
@@ -12,6 +13,7 @@ _RADIX = "sglang.srt.mem_cache.radix_cache"
 
 RELEASE = Release(
     "<0.5.23",
+    probe=f"{__name__}.probe:probe",
     targets=(
         Target(_HIRADIX, "HiRadixCache.load_back", f"{__name__}.load_back:load_back_hook", "AROUND"),
         Target(_HIRADIX, "HiRadixCache.insert", f"{__name__}.stamping:insert_hook", "AROUND"),

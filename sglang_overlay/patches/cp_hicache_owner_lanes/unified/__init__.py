@@ -3,7 +3,8 @@
 Modules: ``state.py`` (per-cache state, leaf index), ``tree_view.py`` (the tree in the planner's terms),
 ``planning.py`` (need per lane, plans), ``eviction.py`` (a plan through upstream's primitives), and one
 module per hook: ``gate.py`` (load-back admission), ``capacity.py`` (prefill/decode eviction),
-``host_backup.py`` (the host-backup gate). Shared upstream types: ``upstream.py``.
+``host_backup.py`` (the host-backup gate). Shared upstream types: ``upstream.py``. ``probe.py``: are
+upstream's three gates still lane-blind? (``check --needed``).
 """
 
 from sglang_overlay.core.registry import Dependency, Release, Target
@@ -12,6 +13,7 @@ _UNIFIED = "sglang.srt.mem_cache.unified_radix_cache"
 
 RELEASE = Release(
     ">=0.5.23",
+    probe=f"{__name__}.probe:probe",
     targets=(
         # upstream keeps the rotation bases (no metadata hooks); the plan replaces the load-back gate
         Target(
