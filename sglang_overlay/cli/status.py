@@ -19,10 +19,17 @@ def run_status(url: str, as_json: bool, api_key: str | None = None, over_http: b
     from sglang_overlay.core import http_status, server_status
 
     try:
-        if over_http or not server_status.is_local_server(url):
+        if over_http or not server_status.is_local_host(url):
             report = http_status.fetch(url, api_key)
         else:
             report = {**server_status.server_status(url), "source": "this host's process records"}
+            if not server_status.serves_sglang(report):  # a forwarder holds the port: ask the server behind it
+                try:
+                    report = http_status.fetch(url, api_key)
+                except http_status.KeyRefused:
+                    raise
+                except http_status.StatusUnavailable:
+                    pass  # no report there (not an SGLang server behind it): what this host sees stands
     except http_status.NoOverlay as exc:
         err_console.print(f"[red]sglang-overlay status: NOT OK: {exc}[/red]")
         return 1

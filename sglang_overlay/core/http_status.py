@@ -37,6 +37,10 @@ class StatusUnavailable(LookupError):
     """The server could not be asked (unreachable, key refused, an answer of another shape)."""
 
 
+class KeyRefused(StatusUnavailable):
+    """The server asks for its API key (401/403): a server is there, behind whatever holds the port."""
+
+
 def attach(app) -> None:
     """Serve the route from ``app``'s start (its lifespan), when every upstream route is defined, so the check
     that nothing answers there already sees them all; a failure there is one warning, never a stopped server."""
@@ -108,7 +112,7 @@ def fetch(url: str, api_key: str | None = None, timeout_s: float = 30.0) -> dict
         raise NoOverlay(f"{endpoint} answered 404: the server runs without sglang-overlay")
     if answer.status_code in (401, 403):
         hint = "pass its key with --api-key" if not api_key else "the key given was refused"
-        raise StatusUnavailable(f"{endpoint} answered {answer.status_code}: the server asks for its API key ({hint})")
+        raise KeyRefused(f"{endpoint} answered {answer.status_code}: the server asks for its API key ({hint})")
     try:
         report = answer.json()
     except ValueError:

@@ -1,7 +1,7 @@
 """Which processes of a running local SGLang server carry the overlay (``sglang-overlay status --url``).
 
-Another host's server, or one behind a forwarder, is asked over HTTP instead (``core.http_status``):
-:func:`is_local_server` tells which.
+Another host's server, or one behind a forwarder (the port's local tree runs neither SGLang nor the overlay:
+:func:`serves_sglang`), is asked over HTTP instead (``core.http_status``).
 
 The server's process tree is found from the URL: the process listening on its port
 (the HTTP main process, or the uvicorn/granian supervisor of tokenizer workers),
@@ -63,9 +63,8 @@ def _listener(port: int):
     raise ServerNotFound(f"no local process listens on port {port} (status reads this host's processes only)")
 
 
-def is_local_server(url: str) -> bool:
-    """Whether ``url`` names this host and an SGLang server process listens on its port here (so its records can
-    be read): not for another host, nor for a port a forwarder holds (``kubectl port-forward``, an SSH tunnel)."""
+def is_local_host(url: str) -> bool:
+    """Whether ``url`` names this host (so a listener on its port here is the one the URL reaches)."""
     import psutil
 
     parsed = urlparse(url if "://" in url else f"http://{url}")
@@ -74,12 +73,14 @@ def is_local_server(url: str) -> bool:
     except OSError:
         return False
     here = {a.address.split("%")[0] for nics in psutil.net_if_addrs().values() for a in nics}
-    if not all(a in here or a.startswith("127.") or a in ("::1", "0.0.0.0", "::") for a in addresses):
-        return False
-    try:
-        return _is_server_process(_title(_listener(parsed.port or (443 if parsed.scheme == "https" else 80))))
-    except ServerNotFound:
-        return False
+    return all(a in here or a.startswith("127.") or a in ("::1", "0.0.0.0", "::") for a in addresses)
+
+
+def serves_sglang(report: dict) -> bool:
+    """Whether the process holding the port (or the SGLang server above it) runs SGLang or the overlay: not a
+    forwarder such as ``kubectl port-forward`` or an SSH tunnel (whose children, a test's servers, do not count)."""
+    top = report["processes"][0]  # the topmost SGLang process above the listener, else the listener itself
+    return top["overlay"] or _is_server_process(top["title"])
 
 
 def _title(proc) -> str:

@@ -174,7 +174,7 @@ REPORT = {"ok": True, "url": "x", "port": 1, "cluster": None, "served_by": 7, "p
 def test_status_over_http_prints_the_servers_own_rows_and_exit_code(scripted, capsys):
     handler, url = scripted
     handler.answer = (200, json.dumps(REPORT).encode())
-    assert not server_status.is_local_server(url)  # this pytest process listens there: not an SGLang server
+    # this pytest process listens there, running neither SGLang nor the overlay: a forwarder, so over HTTP
     assert cli.main(["status", "--url", url]) == 0
     out = capsys.readouterr().out
     assert "far-host" in out and f"GET {url}/overlay/status" in out and "OK: every process" in out
@@ -182,6 +182,14 @@ def test_status_over_http_prints_the_servers_own_rows_and_exit_code(scripted, ca
     assert cli.main(["status", "--url", url, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["source"] == f"GET {url}/overlay/status"
     assert handler.seen[-1] == ("/overlay/status", None)
+
+
+def test_a_local_listener_that_serves_no_report_keeps_what_this_host_sees(scripted, capsys):
+    """Not a forwarder after all (a program of its own answers 501 there): the local records' answer stands."""
+    handler, url = scripted
+    handler.answer = (501, b"")
+    assert cli.main(["status", "--url", url, "--json"]) == 1  # this pytest process: no overlay record
+    assert json.loads(capsys.readouterr().out)["source"] == "this host's process records"
 
 
 def test_a_server_without_the_overlay_is_not_ok(scripted, capsys):
@@ -203,9 +211,10 @@ def test_a_refused_key_says_how_to_pass_one(scripted, capsys, code):
 
 @pytest.mark.parametrize("body", [b"<html>a proxy's page</html>", b'{"processes": 3}', b"[1, 2]"])
 def test_an_answer_of_another_shape_is_a_clear_error(scripted, capsys, body):
+    """Asked over HTTP (``--http``); without it, a local listener that serves no report keeps the local answer."""
     handler, url = scripted
     handler.answer = (200, body)
-    assert cli.main(["status", "--url", url]) == 2
+    assert cli.main(["status", "--url", url, "--http"]) == 2
     err = capsys.readouterr().err
     assert "with something other than a status report" in err and "Traceback" not in err
 
@@ -219,7 +228,8 @@ def test_an_unreachable_server_is_a_clear_error(capsys):
 
 
 def test_another_host_is_never_read_from_this_hosts_records():
-    assert not server_status.is_local_server("http://192.0.2.1:30000")  # TEST-NET-1: never this host
+    assert not server_status.is_local_host("http://192.0.2.1:30000")  # TEST-NET-1: never this host
+    assert server_status.is_local_host("http://127.0.0.1:30000") and server_status.is_local_host("localhost:1")
 
 
 _ON_UPSTREAMS_APP = r"""
