@@ -258,6 +258,7 @@ def _run_defined() -> None:
                 del _STATE.defined[(module, name)]
                 for callback in callbacks:
                     callback()
+        _drop_finder_if_idle()  # the finder leaves once nothing waits, as after a pending module's hooks
 
 
 def _serve_status() -> None:
