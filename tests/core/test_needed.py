@@ -107,3 +107,21 @@ def test_check_needed_reports_every_shipped_patch_as_needed_with_its_evidence():
     table = subprocess.run([sys.executable, "-m", "sglang_overlay", "check", "--needed"], capture_output=True,
                            text=True, timeout=600, env=subprocess_env())  # fmt: skip
     assert table.returncode == 0 and "every enabled patch is still needed" in table.stdout
+
+
+def test_no_test_keeps_an_xfail_of_upstreams_path_beside_the_probes():
+    """The probes are the single record of upstream's behaviour: a strict xfail that records it again (as the
+    boundary tests' ``upstream`` parametrizations did) is refused here, whichever way it is spelled."""
+    import ast
+
+    from tests.conftest import REPO
+
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, (ast.Attribute, ast.Name))
+                and getattr(node, "attr", getattr(node, "id", "")) == "xfail"
+            ):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not found, f"xfails beside the probes (assert on the patch's probe instead): {found}"

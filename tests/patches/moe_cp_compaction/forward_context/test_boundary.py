@@ -5,8 +5,9 @@ padding and forward context; stand-ins only for DeepEP and the CP world's group 
 
 The hooks are called the way SGLang's HookRegistry calls them (AROUND: ``hook(original, self, ...)`` with
 upstream's own ``forward_deepep`` as ``original``; AFTER: ``hook(result, self, ...)`` after upstream's own
-constructor). Failing-first: each boundary assertion is run on upstream's unhooked ``forward_deepep`` too, as
-a strict xfail (it must fail there, under both strategies). Collected only where sglang >= 0.5.23.
+constructor). What upstream's unhooked ``forward_deepep`` does to the padding rows is recorded once, by the
+patch's "still needed?" probe (tests/patches/moe_cp_compaction/test_probe.py); these tests assert the patched
+path, with upstream's output as the reference for the valid rows. Collected only where sglang >= 0.5.23.
 """
 
 from __future__ import annotations
@@ -78,27 +79,19 @@ def _cp_case(strategy, cp, lens, rank):
     return cp_rank_scope(strategy, cp, rank), x
 
 
-PATHS = [
-    "patched",
-    pytest.param("upstream", marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason="upstream 0.5.23 runs CP padding rows through gate/top-k")),
-]  # fmt: skip
-
-
 # --------------------------------------------------------------------------- the boundary
 
 
-@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", ["interleave", "zigzag"])
 @pytest.mark.parametrize("cp,lens,rank", RANKS)
-def test_only_valid_rows_reach_gate_topk_and_dispatch(moe, path, strategy, cp, lens, rank):
+def test_only_valid_rows_reach_gate_topk_and_dispatch(moe, strategy, cp, lens, rank):
     scope, x = _cp_case(strategy, cp, lens, rank)
     with scope as strat:
         batch, local, dummy = prepare_cp_rank(strat, lens, x)
         valid = batch.attn_cp_metadata.per_rank_logical_token[rank]
         assert int(dummy.sum()) == local.shape[0] - valid > 0  # this shard is padded (at its end)
         ntnp = batch.num_token_non_padded
-        seen = _run(moe, path, local, batch)
+        seen = _run(moe, "patched", local, batch)
     # gate rows == shared-expert rows == top-k rows == rows with ids >= 0 == dispatched rows == valid rows
     assert seen["gate"] == seen["shared"] == seen["topk"] == seen["routed"] == [valid]
     assert torch.equal(seen["dispatched"][0], local[~dummy])
@@ -106,34 +99,26 @@ def test_only_valid_rows_reach_gate_topk_and_dispatch(moe, path, strategy, cp, l
     assert seen["context_restored"] and batch.num_token_non_padded is ntnp
 
 
-@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", ["interleave", "zigzag"])
 @pytest.mark.parametrize("cp,lens,rank", RANKS)
-def test_valid_rows_equal_upstream_and_padding_rows_are_restored_as_zeros(moe, path, strategy, cp, lens, rank):
+def test_valid_rows_equal_upstream_and_padding_rows_are_restored_as_zeros(moe, strategy, cp, lens, rank):
     scope, x = _cp_case(strategy, cp, lens, rank)
     with scope as strat:
         batch, local, dummy = prepare_cp_rank(strat, lens, x)
         assert torch.count_nonzero(local[dummy]) == 0  # pad_local_rows pads with zeros ...
         local[dummy] = 100.0  # ... garbage instead: whatever the padding holds, the output's dummy rows are zero
         expected = _run(moe, "upstream", local, batch)["out"]
-        out = _run(moe, path, local, batch)["out"]
+        out = _run(moe, "patched", local, batch)["out"]
     assert out.shape == local.shape and out.dtype == local.dtype and out.device == local.device
     torch.testing.assert_close(out[~dummy], expected[~dummy], **TOL)
     assert torch.count_nonzero(out[dummy]) == 0  # the padded layout, dummy rows zero (as on 0.5.20)
     assert not dummy[: int((~dummy).sum())].any()  # upstream's CP padding: a suffix of the shard
 
 
-@pytest.mark.parametrize(
-    "path",
-    PATHS + [pytest.param("batch-count-only", marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason="interleave's top-k bound ignores forward_batch's count"))],
-)  # fmt: skip
-def test_an_attached_layout_sets_the_bound_top_k_reads_under_interleave(moe, path):
-    """Why the count goes through the forward context: a producer's layout (``attach_layout``; here the lane-slot
-    layout of CP shared-KV compute padding, padded to 5 rows) has 4 valid rows on rank 0, but interleave's
-    top-k bound is the strategy's ``per_rank_logical_token[0]`` = 3, which a swapped
-    ``forward_batch.num_token_non_padded`` (the shared boundary alone) does not change: top-k would mask the
-    fourth valid row (ids -1: no experts), upstream all rows past 3, valid ones included."""
+def _attached_layout_case(moe, path):
+    """A producer's layout (``attach_layout``; here the lane-slot layout of CP shared-KV compute padding, padded
+    to 5 rows) with 4 valid rows on rank 0, where interleave's top-k bound is the strategy's
+    ``per_rank_logical_token[0]`` = 3."""
     lens = [3, 3]
     layout = lane_slot_layout(lens, 2, 0, num_rows=5)
     tokens = lane_slot_tokens(lens, 2, 0)
@@ -145,8 +130,23 @@ def test_an_attached_layout_sets_the_bound_top_k_reads_under_interleave(moe, pat
         local = torch.cat([x[tokens], torch.full((1, HIDDEN), 100.0)])  # 4 lane-slot rows, 1 dummy row
         seen = _run(moe, path, local, batch)
     assert (layout.num_rows, layout.num_valid) == (5, 4)
+    return seen, local
+
+
+def test_an_attached_layout_sets_the_bound_top_k_reads_under_interleave(moe):
+    """The count goes through the forward context, so top-k's bound is the layout's 4 valid rows."""
+    seen, local = _attached_layout_case(moe, "patched")
     assert seen["gate"] == seen["topk"] == seen["routed"] == seen["bounds"] == [4]
     assert torch.equal(seen["dispatched"][0], local[:4])
+
+
+def test_failing_first_the_rejected_batch_count_alone_masks_the_fourth_valid_row_under_interleave(moe):
+    """Failing-first for the rejected alternative (the shared boundary alone, swapping
+    ``forward_batch.num_token_non_padded``): interleave's top-k bound ignores it, stays 3 and masks the fourth
+    valid row (ids -1: no experts). The test above passes only because the count goes through the context."""
+    seen, _ = _attached_layout_case(moe, "batch-count-only")
+    assert seen["gate"] == seen["topk"] == [4]
+    assert seen["bounds"] == seen["routed"] == [3]
 
 
 @pytest.mark.parametrize("strategy", ["interleave", "zigzag"])
