@@ -11,10 +11,10 @@ is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
   pin. The default pin: ``ci_slow`` whole, and every real-server module that does not depend on how the overlay
   was installed (both launchers, the abort matrix, the GSM8K runner and its A/B against pristine upstream, the
   fuzz, HiCache, ``--tp-size 2`` and two nodes on loopback; the launchers' servers are the abort matrix's too). An older
-  pin: its default tier, the part of ``ci_slow`` that depends on the release (``OLDER_PIN_CI_SLOW``: its
-  patches' code over real HTTP through upstream's routes, its targets hooked through ``load_plugins()``), the
-  real-server module of process entry (main process, schedulers, tokenizer workers), and the multi-rank module
-  (its own hook point of ``cluster-consistency``, ``--tp-size 2`` and two nodes). Its HiCache hooks have
+  pin: its default tier, and the part of ``ci_slow`` and of the real-server tier that depends on the release,
+  by one rule (``-m per_pin``: every test under ``tests/patches/``, and the tests elsewhere marked so: its
+  targets hooked through ``load_plugins()``, its wheel, its probes, upstream's app; the real-server modules of
+  process entry and of several ranks, with its own hook point of ``cluster-consistency``). Its HiCache hooks have
   no live path on the CPU (nothing builds the page-interleaved allocator) and run in its default tier on the
   real classes; the runner, the fuzz's differential, packaging and the demo are the same code on every pin.
 - ``wheel``: what a user of the official image does (Python 3.12): a wheel and an sdist built with ``python -m
@@ -57,22 +57,12 @@ DEFAULT_PIN_E2E = tuple(  # tests/e2e/test_07_demo.py is marked slow: the demo s
         ),
     )
 )
-# process entry on the older pin (main, schedulers, workers), and its own hook point of cluster-consistency
-# (bootstrap.init_torch_distributed) in real multi-rank servers: --tp-size 2, two nodes, DP attention
-OLDER_PIN_E2E = (E2E("02_tokenizer_workers"), E2E("08_cluster"))
-# ci_slow on an older pin: what depends on the release: its patches' code over real HTTP and real classes, its
-# targets hooked through load_plugins(), a child entered at its first target import, its own wheel's fingerprints.
+# An older pin runs what depends on the release, by one rule (the marker per_pin, tests/conftest.py): every test
+# under tests/patches/ by where it lives, and the tests elsewhere that carry it: the core's checks of the
+# installed release's targets, wheel, probes and routes (ci_slow), process entry and multi-rank servers (e2e).
 # Packaging, the CLI, the add-a-patch and rebase walks, the GSM8K runner and the plugin's refusals (on a test
-# patch) are the same code on every pin: the default pin's ci_slow runs them.
-OLDER_PIN_CI_SLOW = (
-    "tests/patches",
-    "tests/core/test_overlay_plugin.py::test_every_target_of_the_installed_pins_lock_is_hooked_through_load_plugins",
-    "tests/core/test_overlay_plugin.py::test_every_shipped_patch_is_wrapped_after_its_modules_import",
-    "tests/core/test_processes.py::test_a_child_of_an_overlay_process_is_entered_at_its_first_target_import",
-    "tests/core/test_readiness.py::test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency",
-    "tests/core/test_http_status.py::test_on_upstreams_app_the_route_asks_for_the_key_like_upstreams_routes",
-    "tests/core/test_needed.py::test_check_needed_reports_every_shipped_patch_as_needed_with_its_evidence",
-)
+# patch) are the same code on every pin: the default pin's tiers run them.
+PER_PIN = "per_pin"
 WHEEL_PYTHON = "3.12"  # SGLang's official image: Python 3.12 as python3
 
 nox.options.sessions = []  # .ci/run names the sessions it runs
@@ -105,10 +95,10 @@ def tiers(session: nox.Session, pin: str) -> None:
     session.run(overlay, "lock", "--check", external=True)
     if pin != DEFAULT:
         session.run(python, *PYTEST, external=True)
-    ci_slow = () if pin == DEFAULT else OLDER_PIN_CI_SLOW
-    session.run(python, *PYTEST, "-m", "ci_slow", "--durations=10", *ci_slow, external=True)
-    e2e = DEFAULT_PIN_E2E if pin == DEFAULT else OLDER_PIN_E2E
-    session.run(python, *PYTEST, "-m", "e2e and not slow", "--durations=15", *e2e, external=True)
+    only = "" if pin == DEFAULT else f" and {PER_PIN}"
+    session.run(python, *PYTEST, "-m", f"ci_slow{only}", "--durations=10", external=True)
+    e2e = DEFAULT_PIN_E2E if pin == DEFAULT else ("tests/e2e",)
+    session.run(python, *PYTEST, "-m", f"e2e and not slow{only}", "--durations=15", *e2e, external=True)
 
 
 @nox.session(python=WHEEL_PYTHON)

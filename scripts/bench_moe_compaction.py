@@ -6,7 +6,8 @@ rank's rows (interleaved through the batch, as lane-slot compute padding puts
 them), on upstream's own ``DeepseekV2MoE`` of the installed pin (real gate, grouped
 top-k, shared experts; 0.5.20 or 0.5.23, each with its own hook) with the CPU
 stand-ins for DeepEP's dispatcher and experts from ``tests/support/moe_standins.py``
-(``moe_standins_0523.py`` builds 0.5.23's layer; either runs on the CPU or on CUDA):
+(the builder is the ``standins`` module of the release folder serving the installed sglang, under
+``tests/patches/moe_cp_compaction/``; either runs on the CPU or on CUDA):
 
 - ``moe_padded_s``: upstream ``forward_deepep`` fed every row, dummies included;
 - ``moe_compact_s``: upstream ``forward_deepep`` on the valid rows alone;
@@ -228,37 +229,24 @@ def run_boundary_only(args, device, dtype) -> dict:
 
 def _layer_of_installed_pin(args, device, dtype):
     """Upstream's own ``DeepseekV2MoE`` of the installed pin with the DeepEP stand-ins, its unhooked
-    ``forward_deepep`` and the pin's boundary hook: ``(moe, upstream, hook)``."""
+    ``forward_deepep`` and the pin's boundary hook: ``(moe, upstream, hook)``. The release folder serving the
+    installed sglang (from the registry) names both the hook and the builder (its tests' ``standins``)."""
+    import importlib
+
     from sglang_overlay.core import installed
+    from sglang_overlay.core.registry import ANY_UPSTREAM, discover_patches
     from tests.support.moe_standins import MoeShape
 
+    version = installed.installed_sglang_version()
+    (declared,) = [p for p in discover_patches(ANY_UPSTREAM) if p.id == "moe-cp-compaction"]
+    release = declared.release_for(version)
+    (target,) = [t for t in release.targets if t.qualname == "DeepseekV2MoE.forward_deepep"]
+    standins = importlib.import_module(f"tests.patches.moe_cp_compaction.{release.folder}.standins")
     shape = MoeShape(
         hidden=args.hidden, experts=args.experts, top_k=args.top_k, n_group=8, topk_group=4, inter=args.inter
     )
-    from packaging.version import Version
-
-    if Version(installed.installed_sglang_version()) >= Version("0.5.23"):
-        from tests.support.moe_standins_0523 import build_moe, upstream_forward_deepep
-
-        moe, _ = build_moe(shape, dtype=dtype, record=False, device=device)
-        return moe, upstream_forward_deepep(), _boundary_hook_of_installed_release()
-    from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
-
-    from tests.support.moe_standins import build_deepseek_moe
-
-    moe, _ = build_deepseek_moe(shape, dtype=dtype, device=str(device), record=False)
-    upstream = getattr(DeepseekV2MoE.forward_deepep, "__wrapped__", DeepseekV2MoE.forward_deepep)
-    return moe, upstream, _boundary_hook_of_installed_release()
-
-
-def _boundary_hook_of_installed_release():
-    """The ``forward_deepep`` hook of the release folder serving the installed sglang (from the registry)."""
-    from sglang_overlay.core import installed
-    from sglang_overlay.core.registry import discover_patches
-
-    (patch,) = [p for p in discover_patches(installed.installed_sglang_version()) if p.id == "moe-cp-compaction"]
-    (target,) = [t for t in patch.targets if t.qualname == "DeepseekV2MoE.forward_deepep"]
-    return target.resolve_hook()
+    moe, _, upstream = standins.layer_and_upstream(shape, dtype=dtype, device=device)
+    return moe, upstream, target.resolve_hook()
 
 
 def run_full(args, device, dtype) -> dict:

@@ -70,14 +70,14 @@ CHECK_FILES = (
     "scripts/bench_owner_lanes_0523.py",
     "scripts/bench_capacity_0523.py",
     "tests/support/moe_standins.py",
-    "tests/support/moe_standins_0523.py",
+    "tests/patches/moe_cp_compaction/forward_context/standins.py",
     "tests/support/hicache_cpu_0523.py",
     "tests/support/hicache_tensor_count.py",
     "tests/support/runtime.py",
 )
 # what the traced interpreter imports: the modules of the check's steps (third-party needs are read off it)
 TRACE_IMPORTS = (
-    "tests.support.moe_standins_0523",
+    "tests.patches.moe_cp_compaction.forward_context.standins",
     "tests.support.hicache_cpu_0523",
     "sglang.srt.models.deepseek_v2",
     "sglang.srt.mem_cache.unified_radix_cache",

@@ -116,6 +116,15 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test under ``tests/patches/`` is ``per_pin`` by where it lives (a patch's code and tests are the
+    release's); elsewhere the marker is written on the test. An older pin's nox session selects by it."""
+    patches = REPO / "tests" / "patches"
+    for item in items:
+        if item.path.is_relative_to(patches):
+            item.add_marker(pytest.mark.per_pin)
+
+
 def pytest_report_header(config):
     full = full_gsm8k_dir()
     return [

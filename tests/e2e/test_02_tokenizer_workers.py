@@ -15,7 +15,7 @@ import pytest
 from tests.e2e.conftest import OVERLAY_MSGPACK_W2, OVERLAY_PICKLE_W2
 from tests.e2e.test_01_launch import PATCHES, active_lines, run_status
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.per_pin]  # process entry and multi-rank: per release
 
 
 @pytest.fixture(scope="module", params=[OVERLAY_PICKLE_W2, OVERLAY_MSGPACK_W2], ids=lambda c: c.name)

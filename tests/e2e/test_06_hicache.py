@@ -12,26 +12,20 @@ capacity), are hooked and pass through (the pool is not page-interleaved without
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
 
 import httpx
 import pytest
-from packaging.version import Version
 
 from tests.e2e.conftest import OVERLAY_HICACHE, UPSTREAM_HICACHE
+from tests.support import releases
 from tests.support.real_server.model import GSM8K_TRAIN
 from tests.support.real_server.server import run_status
 
 pytestmark = pytest.mark.e2e
 
 CACHED = re.compile(r"#cached-token: (\d+)")
-HOOKS_0_5_23 = [
-    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._load_back_transfers",
-    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache._execute_kv_backup",
-    "sglang.srt.mem_cache.allocator.base.BaseTokenToKVPoolAllocator.evict_to_free_tokens",
-]
 
 
 def prompts() -> list[str]:
@@ -98,7 +92,14 @@ def test_the_scheduler_owning_the_cache_holds_the_pins_owner_lane_hooks(outputs,
     schedulers = [p for p in json.loads(result.stdout)["processes"] if p["role"].strip().startswith("scheduler")]
     assert len(schedulers) == 1, schedulers
     scheduler = schedulers[0]
-    if Version(importlib.metadata.version("sglang")) >= Version("0.5.23"):
-        assert sorted(scheduler["applied"].get("cp-hicache-owner-lanes", [])) == sorted(HOOKS_0_5_23), scheduler
+    targets = releases.hooked_targets("cp-hicache-owner-lanes")  # the serving release folder's, from the registry
+    applied = sorted(scheduler["applied"].get("cp-hicache-owner-lanes", []))
+    # unified/: the server's UnifiedRadixCache imports every target; hiradix/: it builds no HiRadixCache, so the
+    # targets in hiradix_cache stay pending (those in radix_cache are applied: the scheduler imports it)
+    if releases.per_release("cp-hicache-owner-lanes", {"unified": True, "hiradix": False}):
+        assert applied == sorted(targets), scheduler
     else:
-        assert "sglang.srt.mem_cache.hiradix_cache" in scheduler["pending_modules"], scheduler
+        hiradix = "sglang.srt.mem_cache.hiradix_cache"
+        pending = [t for t in targets if t.startswith(hiradix + ".")]
+        assert pending and not set(pending) & set(applied), scheduler
+        assert hiradix in scheduler["pending_modules"], scheduler

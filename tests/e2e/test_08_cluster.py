@@ -21,13 +21,12 @@ two-node job (this module), and one launch per refusal.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-from pathlib import Path
 
 import pytest
 
+from tests.support import releases
 from tests.support.real_server.aborts import fire, judge
 from tests.support.real_server.cluster import cluster_checks, node0_log, tensor_parallel, two_nodes
 from tests.support.real_server.model import build_tiny_model
@@ -40,7 +39,7 @@ from tests.support.real_server.server import (
     start_server,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.per_pin]  # process entry and multi-rank: per release
 
 WAIT = (("SGLANG_OVERLAY_CLUSTER_WAIT_S", "10"),)  # the bound a missing rank costs; 20 s by default
 OVERLAY_TP2 = tensor_parallel(ServerConfig(overlay=True, abort_triggers=True))
@@ -163,13 +162,9 @@ def test_dp_attention_fails_in_upstream_on_this_cpu_after_the_overlay_entered_ev
     roles = re.findall(r"sglang-overlay: active pid=\d+ role=(\S+)", log)
     if overlay:  # the DP controller runs no patched target: entered where upstream calls load_plugins() there
         assert roles.count("scheduler") == 2, roles
-        assert ("data_parallel_controller" in roles) == _dp_controller_loads_plugins(), roles
+        # parallel_runtime/'s releases (0.5.23 on) call load_plugins() in the DP controller; before, it runs no target
+        dp_entered = releases.per_release("cluster-consistency", {"parallel_runtime": True, "torch_distributed": False})
+        assert ("data_parallel_controller" in roles) == dp_entered, roles
         assert len(re.findall(r"cluster of 2 ranks consistent", log)) == 2, log[-3000:]
     else:
         assert roles == [], roles
-
-
-def _dp_controller_loads_plugins() -> bool:
-    """Whether the installed upstream calls load_plugins() in its DP controller process (0.5.23 does, 0.5.20 not)."""
-    spec = importlib.util.find_spec("sglang.srt.managers.data_parallel_controller")
-    return "load_plugins()" in Path(spec.origin).read_text(encoding="utf-8")

@@ -15,14 +15,13 @@ disabled: ``test_the_patch_acts_in_the_server`` then fails (how the patch's effe
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 
 import httpx
 import pytest
-from packaging.version import Version
 
+from tests.support import releases
 from tests.support.real_server.model import GSM8K_TRAIN
 from tests.support.real_server.owner_lanes import (
     CACHED,
@@ -36,9 +35,8 @@ from tests.support.real_server.owner_lanes import (
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(
-        Version(importlib.metadata.version("sglang")) < Version("0.5.23"),
-        reason="the page-interleaved allocator and the patch's unified release are 0.5.23's",
+    releases.only_where_served_by(
+        "cp-hicache-owner-lanes", "unified", "the page-interleaved allocator of this stand-in is unified/'s upstream"
     ),
 ]
 ROUNDS = 3

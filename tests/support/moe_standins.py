@@ -26,15 +26,12 @@ DeepSeek-V3 grouped routing) to compare against.
 
 from __future__ import annotations
 
-import socket
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from tests.support.runtime import publish_cpu_runtime
 
 
 @dataclass(frozen=True)
@@ -178,52 +175,6 @@ class Recorder:
         moe.topk.register_forward_pre_hook(on_topk, with_kwargs=True)
 
 
-def _publish_accelerator_runtime(device_type: str) -> None:
-    """The tiny config of tests.support.runtime, published for an accelerator (benchmarks)."""
-    from sglang.srt.runtime_context import publish
-    from sglang.srt.server_args import ServerArgs
-
-    from tests.support.runtime import tiny_model_dir
-
-    publish(
-        ServerArgs(model_path=str(tiny_model_dir()), device=device_type, skip_tokenizer_init=True), role="scheduler"
-    )
-
-
-def init_parallel(device: str = "cpu") -> None:
-    """Runtime context, one-process gloo world and model-parallel groups (idempotent)."""
-    from sglang.srt.distributed import parallel_state as ps
-
-    device_type = torch.device(device).type
-    if device_type == "cpu":
-        publish_cpu_runtime()  # idempotent
-    if ps.model_parallel_is_initialized():
-        return
-    if device_type != "cpu":
-        _publish_accelerator_runtime(device_type)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ps.init_distributed_environment(
-        world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", local_rank=0, backend="gloo"
-    )
-    ps.initialize_model_parallel(1, backend="gloo")
-
-
-@contextmanager
-def _shared_experts_unfused():
-    """What a model's gate does before its layers build: decide shared-expert fusion."""
-    from sglang.srt.runtime_context import get_flags
-
-    moe_flags = get_flags().moe
-    saved = moe_flags.disable_shared_experts_fusion
-    moe_flags.disable_shared_experts_fusion = True
-    try:
-        yield
-    finally:
-        moe_flags.disable_shared_experts_fusion = saved
-
-
 def expert_location_metadata(num_layers: int, num_experts: int, device: str = "cpu"):
     """Upstream's trivial expert placement (logical expert i = physical expert i), one EP rank."""
     from sglang.srt.eplb.expert_location import ExpertLocationMetadata
@@ -235,68 +186,6 @@ def expert_location_metadata(num_layers: int, num_experts: int, device: str = "c
         logical_to_all_physical_map=physical_to_logical[..., None].clone(),
         moe_ep_rank=0,
     )
-
-
-def build_deepseek_moe(
-    shape: MoeShape = MoeShape(),
-    layer_id: int = 1,
-    seed: int = 0,
-    dtype=torch.float32,
-    hash_routing: bool = False,
-    device: str = "cpu",
-    record: bool = True,
-):
-    """Upstream DeepseekV2MoE with DeepEP stand-ins; returns (moe, Recorder or None).
-
-    ``hash_routing``: the layer routes by token id (upstream ``HashTopK``, as the
-    first ``num_hash_layers`` layers of DeepSeek-V4 do). ``record=False`` keeps
-    no copies of what gate, top-k and dispatcher receive (benchmarks)."""
-    init_parallel(device)
-    from sglang.srt.models.deepseek_v2 import DeepseekV2MoE
-    from transformers import DeepseekV3Config
-
-    config = DeepseekV3Config(
-        hidden_size=shape.hidden,
-        moe_intermediate_size=shape.inter,
-        n_routed_experts=shape.experts,
-        num_experts_per_tok=shape.top_k,
-        n_group=shape.n_group,
-        topk_group=shape.topk_group,
-        n_shared_experts=shape.shared,
-        routed_scaling_factor=shape.routed_scaling_factor,
-        vocab_size=shape.vocab,
-        num_hidden_layers=layer_id + 1,
-        norm_topk_prob=True,
-    )
-    config.topk_method = "noaux_tc"
-    config.scoring_func = "sigmoid"
-    config.num_hash_layers = layer_id + 1 if hash_routing else 0
-    from sglang.srt.model_loader.utils import set_default_torch_dtype
-
-    # as the model loader builds layers: parameters in the model dtype, explicit ones (the fp32
-    # correction bias) as declared
-    with _shared_experts_unfused(), set_default_torch_dtype(dtype):
-        moe = DeepseekV2MoE(config, layer_id=layer_id, quant_config=None, prefix=f"model.layers.{layer_id}.mlp")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        moe.gate.weight.copy_(torch.randn(moe.gate.weight.shape, generator=g))
-        if moe.gate.e_score_correction_bias is not None:
-            moe.gate.e_score_correction_bias.copy_(torch.randn(shape.experts, generator=g) * 0.1)
-        for p in moe.shared_experts.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
-    from sglang.srt.eplb.expert_location import set_global_expert_location_metadata
-
-    # The model runner publishes this at start-up; forward_deepep's top-k reads it.
-    set_global_expert_location_metadata(
-        expert_location_metadata(layer_id + 1, shape.experts, device), allow_overwrite=True
-    )
-    moe.experts = ExpertsStandIn(shape, seed + 1, dtype, record, device)
-    moe._enable_a2a_moe = True
-    moe.to(device=device).eval()
-    recorder = Recorder() if record else None
-    if recorder is not None:
-        recorder.attach(moe)
-    return moe, recorder
 
 
 def make_forward_batch(lens, num_token_non_padded, device="cpu"):

@@ -10,12 +10,11 @@ Cost: one request per cell; a ``queue_full`` try also holds three blockers for u
 
 from __future__ import annotations
 
-import importlib.metadata
 import time
 
 import pytest
-from packaging.version import Version
 
+from tests.support import releases
 from tests.support.real_server.probes import Outcome, QueueFiller, QueueLost, call
 
 MESSAGE = {"priority": "priority is disabled", "queue_full": "queue is full", "running_timeout": "running timeout"}
@@ -55,17 +54,16 @@ UPSTREAM: dict[tuple, str] = {
     ("pickle", "running_timeout", "completions", True): "sse_error 200 code=503 after-content",
     ("pickle", "running_timeout", "messages", True): "sse_error 200 overloaded_error after-content",
 }
-# What later releases changed of that, observed on this tier's servers, by the release that changed it:
-# 0.5.23 reports the non-stream /v1/messages 503 as Anthropic's typed overloaded_error (both codecs).
+# What later releases changed of that, observed on this tier's servers, by the release folder of
+# openai-abort-status that serves them: the releases of status_range/ (0.5.23 on) report the non-stream
+# /v1/messages 503 as Anthropic's typed overloaded_error (both codecs).
 UPSTREAM_CHANGES: dict[str, dict[tuple, str]] = {
-    "0.5.23": {
+    "listed_statuses": {},
+    "status_range": {
         (ipc, "queue_full", "messages", False): "http_error 503 overloaded_error" for ipc in ("pickle", "msgpack")
     },
 }
-_INSTALLED = Version(importlib.metadata.version("sglang"))
-for _release, _changes in UPSTREAM_CHANGES.items():
-    if _INSTALLED >= Version(_release):
-        UPSTREAM.update(_changes)
+UPSTREAM.update(releases.per_release("openai-abort-status", UPSTREAM_CHANGES))
 
 
 def fire(url: str, trigger: str, route: str, stream: bool) -> Outcome:

@@ -1,10 +1,10 @@
 """Shared fixture of the moe-cp-compaction tests: the overlay applied in-process and one
-upstream DeepseekV2MoE with DeepEP stand-ins (tests/support/moe_standins.py)."""
+upstream DeepseekV2MoE with DeepEP stand-ins (tests/support/moe_standins.py; the builder: explicit_count/standins.py)."""
 
 import pytest
 
 import sglang_overlay
-from tests.support.moe_standins import build_deepseek_moe
+from tests.patches.moe_cp_compaction.explicit_count.standins import build_deepseek_moe
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from sglang_overlay.patches.moe_cp_compaction.batch_layout import attach_layout, layout_of
 from sglang_overlay.patches.moe_cp_compaction.errors import MoeCompactionError
 from sglang_overlay.patches.moe_cp_compaction.producers import lane_slot_layout, lane_slot_tokens
-from tests.support.moe_standins import MoeShape, build_deepseek_moe, make_forward_batch, reference_moe
+from tests.patches.moe_cp_compaction.explicit_count.standins import build_deepseek_moe
+from tests.support.moe_standins import MoeShape, make_forward_batch, reference_moe
 
 HIDDEN = MoeShape().hidden
 TOL = dict(rtol=1e-5, atol=1e-5)

@@ -1,9 +1,9 @@
 """Shared fixture of the moe-cp-compaction tests on sglang >= 0.5.23: upstream's own ``DeepseekV2MoE`` with
-DeepEP stand-ins (tests/support/moe_standins_0523.py) and a record of the bound top-k reads."""
+DeepEP stand-ins (tests/patches/moe_cp_compaction/forward_context/standins.py) and a record of the bound top-k reads."""
 
 import pytest
 
-from tests.support.moe_standins_0523 import build_moe, upstream_forward_deepep
+from tests.patches.moe_cp_compaction.forward_context.standins import build_moe, upstream_forward_deepep
 
 
 @pytest.fixture(scope="module")

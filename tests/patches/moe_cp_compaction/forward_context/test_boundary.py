@@ -1,7 +1,7 @@
 """moe-cp-compaction's boundary on sglang >= 0.5.23 (``moe_cp_compaction.forward_context.forward``) on upstream's real
 CP path: a ``DeepseekV2MoE`` built by upstream's own ``__init__``, upstream's strategy objects, ForwardBatch, CP
 padding and forward context; stand-ins only for DeepEP and the CP world's group handles
-(tests/support/moe_standins_0523.py). One process plays each CP rank in turn.
+(tests/patches/moe_cp_compaction/forward_context/standins.py). One process plays each CP rank in turn.
 
 The hooks are called the way SGLang's HookRegistry calls them (AROUND: ``hook(original, self, ...)`` with
 upstream's own ``forward_deepep`` as ``original``; AFTER: ``hook(result, self, ...)`` after upstream's own
@@ -21,12 +21,12 @@ from sglang_overlay.patches.moe_cp_compaction.errors import MoeCompactionError
 from sglang_overlay.patches.moe_cp_compaction.forward_context import forward
 from sglang_overlay.patches.moe_cp_compaction.op_path import refuse_dummy_rows_in_op_path
 from sglang_overlay.patches.moe_cp_compaction.producers import lane_slot_layout, lane_slot_tokens
-from tests.support.moe_standins import MoeShape
-from tests.support.moe_standins_0523 import (
+from tests.patches.moe_cp_compaction.forward_context.standins import (
     cp_rank_scope,
     eager_forward_context,
     prepare_cp_rank,
 )
+from tests.support.moe_standins import MoeShape
 
 HIDDEN = MoeShape().hidden
 CASES = [(2, [5, 9, 7]), (4, [9, 13, 11])]  # uneven: every rank's shard is padded, by different amounts

@@ -10,8 +10,8 @@ import pytest
 
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.patches.moe_cp_compaction.forward_context.startup import refuse_unsupported_at_startup
+from tests.patches.moe_cp_compaction.forward_context.standins import cp_rank_scope
 from tests.support.moe_standins import deepep_backend_selected
-from tests.support.moe_standins_0523 import cp_rank_scope
 
 HEAD = "patch 'moe-cp-compaction' cannot keep CP dummy rows out of sparse MoE in layer 1: "
 TAIL = ". Change the configuration or disable the patch (SGLANG_OVERLAY_DISABLE=moe-cp-compaction)."

@@ -5,7 +5,7 @@ On upstream's real CP path (``init_cp_strategy``'s strategy objects, a real ``Fo
 with ``pad_logical_token_to_physical``, ``strategy.shard_hidden_states`` with ``pad_local_rows``, the eager runner's
 ``num_token_non_padded`` and ``forward_context(..., forward_batch=...)``) and upstream's own ``forward_deepep``
 (unhooked) of a ``DeepseekV2MoE`` built by its own ``__init__``, with stand-ins only for DeepEP (experts and a
-recording dispatcher; tests/support/moe_standins_0523.py) and for the CP world's group handles:
+recording dispatcher; tests/patches/moe_cp_compaction/forward_context/standins.py) and for the CP world's group handles:
 
 * zigzag: top-k's count is ``forward_batch.num_token_non_padded`` (``layers/cp/base.py``, not CP-localized: the
   batch's global token count), so every dummy row gets real expert ids and is dispatched;
@@ -14,8 +14,8 @@ recording dispatcher; tests/support/moe_standins_0523.py) and for the CP world's
   (the 0.5.20 boundary's lever), so a port must state the compact count through the forward context.
 
 Each assertion names the upstream behaviour it pins; one failing means upstream changed it (see
-patches/moe-cp-compaction.md, "When it can be dropped"). Probe with the full table:
-docs/rebase-0.5.23/probe_moe_cp.py.
+patches/moe-cp-compaction.md, "When it can be dropped"); the one-line verdict of every pin is the patch's probe
+(``sglang-overlay check --needed``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.moe_standins_0523 import (
+from tests.patches.moe_cp_compaction.forward_context.standins import (
     build_moe,
     cp_rank_scope,
     eager_forward_context,
@@ -36,7 +36,7 @@ CP_SIZE, LENS = 2, [5, 9, 7]  # 21 tokens: both layouts pad each rank's shard (1
 
 @pytest.fixture(scope="module")
 def moe():
-    """Upstream's own ``DeepseekV2MoE.__init__``, then the DeepEP stand-ins (tests/support/moe_standins_0523.py)."""
+    """Upstream's own ``DeepseekV2MoE.__init__``, then the DeepEP stand-ins (tests/patches/moe_cp_compaction/forward_context/standins.py)."""
     return build_moe()
 
 

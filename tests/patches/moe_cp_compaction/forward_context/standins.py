@@ -1,11 +1,13 @@
-"""A real upstream sglang 0.5.23 ``DeepseekV2MoE`` on upstream's real CP path, on the CPU, one process
-playing each CP rank in turn; stand-ins only for DeepEP and the CP world's group handles.
+"""Release folder ``forward_context/`` (sglang >= 0.5.23): a real upstream ``DeepseekV2MoE`` on upstream's real
+CP path, on the CPU, one process playing each CP rank in turn; stand-ins only for DeepEP and the CP world's
+group handles.
 
-``tests/support/moe_standins.build_deepseek_moe`` is written against 0.5.20 (its
-``initialize_model_parallel(1, ...)`` call and ``MoeFlags.disable_shared_experts_fusion`` are gone
-in 0.5.23); this module is its 0.5.23 counterpart and reuses its stand-ins (``ExpertsStandIn``,
-``Recorder``, ``expert_location_metadata``). Used by the probe docs/rebase-0.5.23/probe_moe_cp.py and
-by tests/patches/moe_cp_compaction/forward_context/.
+``explicit_count/standins.py`` builds the layer for the releases before (its ``initialize_model_parallel(1,
+...)`` call and ``MoeFlags.disable_shared_experts_fusion`` are gone here); this module is its counterpart and
+reuses the version-free stand-ins of ``tests/support/moe_standins.py`` (``ExpertsStandIn``, ``Recorder``,
+``expert_location_metadata``). :func:`layer_and_upstream` is the adapter both folders define for the
+benchmarks. Used by tests/patches/moe_cp_compaction/forward_context/ and scripts/bench_moe_compaction.py.
+Cost: one gloo world per process (idempotent), a layer's construction (tenths of a second at test sizes).
 
 Real upstream 0.5.23 code on the path:
   * ``DeepseekV2MoE`` built by its own ``__init__`` (real ``MoEGate``, grouped ``TopK`` with correction
@@ -39,8 +41,14 @@ from tests.support.moe_standins import ExpertsStandIn, MoeShape, Recorder, exper
 
 __all__ = [
     "AttnBackendStandIn", "GroupStandIn", "build_moe", "cp_rank_scope", "eager_forward_context",
-    "init_parallel", "prepare_cp_rank", "upstream_forward_deepep",
+    "init_parallel", "layer_and_upstream", "prepare_cp_rank", "upstream_forward_deepep",
 ]  # fmt: skip
+
+
+def layer_and_upstream(shape: MoeShape, *, dtype, device, record: bool = False):
+    """``(moe, recorder or None, upstream's unhooked forward_deepep)`` for this release."""
+    moe, recorder = build_moe(shape, dtype=dtype, record=record, device=device)
+    return moe, recorder, upstream_forward_deepep()
 
 
 class GroupStandIn:
