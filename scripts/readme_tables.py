@@ -28,7 +28,7 @@ END = "<!-- END generated -->"
 def block(patches: list[Patch]) -> str:
     lines = [BEGIN, "", "| # | id | process | what it fixes | description |", "|---|---|---|---|---|"]
     lines += [
-        f"| {p.position} | `{p.id}` | {p.role} | {p.title} | [`patches/{p.description}`](patches/{p.description}) |"
+        f"| {p.position} | `{p.id}` | {p.process} | {p.title} | [`patches/{p.description}`](patches/{p.description}) |"
         for p in patches
     ]
     knobs = [(p, k) for p in patches for k in p.knobs]

@@ -28,7 +28,7 @@ def _check_rows(plan, dependencies: bool = False) -> list[dict]:
             rows.append(
                 {
                     "patch": patch.id,
-                    "role": patch.role,
+                    "process": patch.process,
                     "target": target.path,
                     "hook": f"uses ({target.needed_by})" if dependencies else target.hook_type,
                     "fingerprint": str(st.status) if st else "not checked",
@@ -91,13 +91,13 @@ _COLOUR = {"match": "green", "drift": "red", "missing": "red", "unlocked": "yell
 def _print_check(report: dict) -> None:
     table = _table(
         f"sglang-overlay {__version__}: patches over sglang=={report['pin']}",
-        ("patch", "role", "target", "hook", "fingerprint", "enabled"),
+        ("patch", "process", "target", "hook", "fingerprint", "enabled"),
     )
     for r in report["targets"]:
         fp = r["fingerprint"]
         table.add_row(
             r["patch"],
-            r["role"],
+            r["process"],
             r["target"],
             r["hook"],
             f"[{_COLOUR.get(fp, 'white')}]{fp}[/]",

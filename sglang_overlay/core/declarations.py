@@ -21,7 +21,7 @@ from sglang_overlay.core import settings
 from sglang_overlay.errors import RegistryError
 
 HOOK_TYPES = ("BEFORE", "AFTER", "AROUND", "REPLACE")
-ROLES = ("scheduler", "http", "any")
+PROCESSES = ("scheduler", "http", "any")  # a patch's process kind (a process's own place: its "role")
 PATCHES_PACKAGE = "sglang_overlay.patches"
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _KNOB = re.compile(r"^SGLANG_OVERLAY_[A-Z0-9_]+$")
@@ -184,7 +184,7 @@ class Knob:
 
 @dataclass(frozen=True)
 class Patch:
-    """A patch of the series: id, series position, title, description file, process role, targets.
+    """A patch of the series: id, series position, title, description file, process kind, targets.
 
     ``targets`` are hooked on every release; ``releases`` (filled by discovery from the release folders)
     add each design's own. :meth:`for_upstream` flattens both for one release.
@@ -193,7 +193,7 @@ class Patch:
     id: str
     title: str
     description: str  # file name under patches/, e.g. "cp-hicache-owner-lanes.md"
-    role: str  # the SGLang process whose imports reach the targets: scheduler | http | any
+    process: str  # the kind of SGLang process whose imports reach the targets: scheduler | http | any
     targets: tuple[Target, ...] = ()
     position: int = 0  # place in the series, >= 1; 0 only for extras
     knobs: tuple[Knob, ...] = ()
@@ -208,8 +208,8 @@ class Patch:
             raise RegistryError(f"patch id {self.id!r} must be lower-case words joined by '-'")
         if not isinstance(self.position, int) or isinstance(self.position, bool) or self.position < 0:
             raise RegistryError(f"patch {self.id}: position {self.position!r} must be a whole number >= 1")
-        if self.role not in ROLES:
-            raise RegistryError(f"patch {self.id}: role {self.role!r} not in {ROLES}")
+        if self.process not in PROCESSES:
+            raise RegistryError(f"patch {self.id}: process {self.process!r} not in {PROCESSES}")
         for release in self.releases:
             paths = [t.path for t in (*self.targets, *release.targets)]
             if len(set(paths)) != len(paths):

@@ -25,7 +25,7 @@ PTH_LINE = (
 )
 # SGLang starts these without load_plugins(): uvicorn/granian spawn them from an import string and they run
 # the HTTP app, so a patch of the HTTP process (role "http" or "any") would run unpatched there.
-NO_PLUGIN_ROLES = ("http", "any")
+NO_PLUGIN_PROCESSES = ("http", "any")
 LAUNCHER_ROLES = ("http", "engine", "main")  # the processes that start tokenizer workers
 
 

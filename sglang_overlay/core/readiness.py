@@ -23,7 +23,7 @@ from sglang_overlay.core.verify import Plan
 
 def unreached_patches(plan: Plan) -> list[str]:
     """Enabled patches that would run in processes SGLang starts without ``load_plugins()`` (tokenizer workers)."""
-    return [p.id for p in plan.enabled if p.role in process_hook.NO_PLUGIN_ROLES]
+    return [p.id for p in plan.enabled if p.process in process_hook.NO_PLUGIN_PROCESSES]
 
 
 def process_hook_problem(plan: Plan, role: str | None = None, argv: list[str] | None = None) -> str | None:

@@ -8,7 +8,7 @@ The same range selects the folder's tests (``tests/patches/<id_with_underscores>
 
     # sglang_overlay/patches/my_fix/__init__.py
     PATCH = Patch(
-        id="my-fix", title="...", description="my-fix.md", role="scheduler", position=4,
+        id="my-fix", title="...", description="my-fix.md", process="scheduler", position=4,
         targets=(Target("sglang.srt.x", "Cls.method", "sglang_overlay.patches.my_fix.hooks:around"),),  # every release
         knobs=(Knob("SGLANG_OVERLAY_MY_FIX_LIMIT", "10", "what it bounds"),),
     )
@@ -41,7 +41,7 @@ from sglang_overlay.core.declarations import (
     HOOK_TYPES,
     NEEDED,
     PATCHES_PACKAGE,
-    ROLES,
+    PROCESSES,
     Dependency,
     Finding,
     Knob,
@@ -59,7 +59,7 @@ __all__ = [
     "NEEDED",
     "Finding",
     "HOOK_TYPES",
-    "ROLES",
+    "PROCESSES",
     "Dependency",
     "Knob",
     "Patch",

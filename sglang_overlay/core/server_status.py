@@ -40,7 +40,7 @@ from sglang_overlay.core import lockfile, peers, records
 from sglang_overlay.core.peers import from_ranges
 from sglang_overlay.core.registry import discover_patches
 
-_TITLE_ROLES = (("scheduler", "scheduler"), ("tokenizer_worker", "http"))  # title prefix -> patch role
+_TITLE_PROCESSES = (("scheduler", "scheduler"), ("tokenizer_worker", "http"))  # title prefix -> patch process kind
 
 
 class ServerNotFound(LookupError):
@@ -141,11 +141,12 @@ def _role_and_rank(title: str, record: dict | None, is_main: bool) -> tuple[str,
     return (match.group(1), match.group(2)) if match else (name, "-")
 
 
-def _expected_roles(title: str, is_main: bool) -> set[str]:
+def _patch_processes(title: str, is_main: bool) -> set[str]:
+    """The kinds of process (``Patch.process``) a process of this title is, whose patches it should run."""
     if is_main:
         return {"http", "any"}
     body = title.split("sglang::", 1)[1] if "sglang::" in title else ""
-    return {role for prefix, role in _TITLE_ROLES if body.startswith(prefix)} | ({"any"} if body else set())
+    return {kind for prefix, kind in _TITLE_PROCESSES if body.startswith(prefix)} | ({"any"} if body else set())
 
 
 def server_status(url: str) -> dict:
@@ -154,13 +155,13 @@ def server_status(url: str) -> dict:
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     listener = _listener(port)
     tree = _server_tree(listener)
-    roles_with_patches = {p.role for p in discover_patches(lockfile.read_pin().version) if not p.extra}
+    kinds_with_patches = {p.process for p in discover_patches(lockfile.read_pin().version) if not p.extra}
     found, unreadable = _parsed({proc.pid: _fresh_record(proc, records.PEERS) for proc in tree})
     rows = []
     for proc in tree:
         title = _title(proc)
         record = _fresh_record(proc)
-        expected = bool(_expected_roles(title, proc.pid == tree[0].pid) & roles_with_patches)
+        expected = bool(_patch_processes(title, proc.pid == tree[0].pid) & kinds_with_patches)
         role, rank = _role_and_rank(title, record, proc.pid == tree[0].pid)
         row = {
             "pid": proc.pid,

@@ -30,7 +30,7 @@ PATCH = Patch(
     position={position},
     title="Throw-away: count RadixKey.page_aligned calls",
     description="demo-added.md",
-    role="scheduler",
+    process="scheduler",
     targets=(Target("sglang.srt.mem_cache.radix_cache", "RadixKey.page_aligned",
                     "sglang_overlay.patches.demo_added.hooks:count", "AROUND"),),
     knobs=(Knob("SGLANG_OVERLAY_DEMO_ADDED_LIMIT", "3", "a throw-away knob", kind="number", minimum=0),),

@@ -66,13 +66,13 @@ def test_a_finding_is_one_of_three_verdicts_with_one_line(verdict, evidence):
 
 def test_a_probe_is_declared_as_module_function():
     with pytest.raises(RegistryError, match="probe 'nocolon' must be 'module:function'"):
-        Patch(id="x", title="t", description="x.md", role="any", probe="nocolon", targets=(Target("m", "f", "h:f"),))
+        Patch(id="x", title="t", description="x.md", process="any", probe="nocolon", targets=(Target("m", "f", "h:f"),))
 
 
 def test_the_release_folders_probe_takes_precedence_over_the_patchs():
     target = Target("m", "f", "pkg.hooks:f")
     release = Release(">=0.5.23", targets=(Target("m", "g", "pkg.r.hooks:g"),), folder="r", probe="pkg.r.probe:probe")
-    patch = Patch(id="x", title="t", description="x.md", role="any", targets=(target,), releases=(release,),
+    patch = Patch(id="x", title="t", description="x.md", process="any", targets=(target,), releases=(release,),
                   probe="pkg.probe:probe")  # fmt: skip
     assert patch.for_upstream("0.5.23").probe == "pkg.r.probe:probe"
     assert patch.for_upstream("0.5.20").probe == "pkg.probe:probe"

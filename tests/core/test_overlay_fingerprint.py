@@ -41,7 +41,7 @@ PATCH = Patch(
     id="fake",
     title="t",
     description="-",
-    role="any",
+    process="any",
     targets=(Target("fakeupstream.cache", "Cache.evict", "x:y"), Target("fakeupstream.cache", "helper", "x:z")),
 )
 PIN = lockfile.Pin("sglang", "0", "t", "tv", {"3.11": {"file": "w", "sha256": "s"}})

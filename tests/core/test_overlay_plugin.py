@@ -195,7 +195,7 @@ def test_missing_target_refuses_start(tmp_path):
     mod = tmp_path / "missing_patch.py"
     mod.write_text(
         "from sglang_overlay.core.registry import Patch, Target\n"
-        "PATCH = Patch(id='demo-missing', title='t', description='-', role='any', targets=(\n"
+        "PATCH = Patch(id='demo-missing', title='t', description='-', process='any', targets=(\n"
         "  Target('sglang.srt.mem_cache.radix_cache', 'RadixKey.no_such_method', 'tests.support.demo_patch:count_page_aligned'),))\n"
     )
     proc = run_python(
@@ -215,7 +215,7 @@ def test_hook_that_did_not_take_fails_at_import(tmp_path):
     mod = tmp_path / "class_patch.py"
     mod.write_text(
         "from sglang_overlay.core.registry import Patch, Target\n"
-        "PATCH = Patch(id='demo-class', title='t', description='-', role='any', targets=(\n"
+        "PATCH = Patch(id='demo-class', title='t', description='-', process='any', targets=(\n"
         "  Target('sglang.srt.mem_cache.radix_cache', 'RadixKey', 'tests.support.demo_patch:count_page_aligned'),))\n"
     )
     lock = tmp_path / "class.lock"

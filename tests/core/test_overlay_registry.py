@@ -66,15 +66,15 @@ def test_every_target_of_the_installed_release_is_locked_and_its_hook_resolves(p
 
 def test_declarations_are_validated():
     with pytest.raises(RegistryError, match="lower-case"):
-        Patch(id="Bad_Id", title="t", description="d", role="any", targets=(Target("m", "f", "a:b"),))
-    with pytest.raises(RegistryError, match="role"):
-        Patch(id="ok", title="t", description="d", role="gpu", targets=(Target("m", "f", "a:b"),))
+        Patch(id="Bad_Id", title="t", description="d", process="any", targets=(Target("m", "f", "a:b"),))
+    with pytest.raises(RegistryError, match="process .gpu. not in"):
+        Patch(id="ok", title="t", description="d", process="gpu", targets=(Target("m", "f", "a:b"),))
     with pytest.raises(RegistryError, match="hook_type"):
         Target("m", "f", "a:b", hook_type="INSTEAD")
     with pytest.raises(RegistryError, match="module:function"):
         Target("m", "f", "a.b")
     with pytest.raises(RegistryError, match="position"):
-        Patch(id="ok", title="t", description="d", role="any", targets=(Target("m", "f", "a:b"),), position=-1)
+        Patch(id="ok", title="t", description="d", process="any", targets=(Target("m", "f", "a:b"),), position=-1)
     with pytest.raises(RegistryError, match="version specifier"):
         Release("0.5.23 or later", targets=(Target("m", "f", "a:b"),))
     with pytest.raises(RegistryError, match="declares no upstream range"):
@@ -93,7 +93,7 @@ def test_overlapping_release_ranges_are_refused_naming_both_folders(a, b, witnes
     first = Release(a, targets=(Target("m", "A.f", "p.one.h:f"),), folder="one")
     second = Release(b, targets=(Target("m", "A.f", "p.two.h:f"),), folder="two")
     with pytest.raises(RegistryError) as exc:
-        Patch(id="ok", title="t", description="d", role="any", position=1, releases=(first, second))
+        Patch(id="ok", title="t", description="d", process="any", position=1, releases=(first, second))
     message = str(exc.value)
     assert f"'one' ({a})" in message and f"'two' ({b})" in message and f"claim sglang {witness}" in message
 
@@ -101,7 +101,7 @@ def test_overlapping_release_ranges_are_refused_naming_both_folders(a, b, witnes
 def test_adjacent_ranges_serve_each_release_once():
     old = Release("<0.5.23", targets=(Target("m", "A.f", "p.old.h:f"),), folder="old")
     new = Release(">=0.5.23", targets=(Target("m", "A.f", "p.new.h:f"),), folder="new")
-    patch = Patch(id="ok", title="t", description="d", role="any", position=1, releases=(old, new))
+    patch = Patch(id="ok", title="t", description="d", process="any", position=1, releases=(old, new))
     assert [t.hook for t in patch.for_upstream("0.5.22.post3").targets] == ["p.old.h:f"]
     assert [t.hook for t in patch.for_upstream("0.5.23").targets] == ["p.new.h:f"]
     # PEP 440: a pre-release of the boundary is in neither range. The code is chosen by the lock's version (a
@@ -117,7 +117,7 @@ def _write_package(root, name: str, folders: dict[str, str], extra_patch: str = 
     (pkg / "demo" / "__init__.py").write_text(
         textwrap.dedent("""
         from sglang_overlay.core.registry import Patch
-        PATCH = Patch(id="demo", title="t", description="demo.md", role="scheduler", position=1)
+        PATCH = Patch(id="demo", title="t", description="demo.md", process="scheduler", position=1)
     """)
     )
     for folder, spec in folders.items():
@@ -194,7 +194,7 @@ def test_a_target_hooked_by_two_patches_is_refused(package):
         {"unified": ">=0.5.23"},
         extra_patch="""
         from sglang_overlay.core.registry import Patch, Target
-        PATCH = Patch(id="other", title="t", description="o.md", role="any", position=2,
+        PATCH = Patch(id="other", title="t", description="o.md", process="any", position=2,
                       targets=(Target("sglang.srt.x", "A.f", "elsewhere:f"),))
     """,
     )

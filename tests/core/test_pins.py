@@ -103,7 +103,7 @@ def test_each_release_folder_serves_its_pins_and_no_other():
 
 def test_a_patch_without_a_target_for_a_release_is_not_in_its_series():
     old = Release("<0.5.23", targets=(Target("sglang.srt.x", "A.f", "pkg.only_old.hiradix.m:f"),), folder="hiradix")
-    patch = Patch(id="only-old", title="t", description="d.md", role="any", position=9, releases=(old,))
+    patch = Patch(id="only-old", title="t", description="d.md", process="any", position=9, releases=(old,))
     assert patch.for_upstream("0.5.23") is None
     assert [t.path for t in patch.for_upstream("0.5.20").targets] == ["sglang.srt.x.A.f"]
 

@@ -18,10 +18,10 @@ from sglang_overlay.core.server_status import _is_server_process
 
 
 class _Plan(verify.Plan):
-    """A plan with only the patches' roles (the hook rule reads nothing else)."""
+    """A plan with only the patches' process kinds (the hook rule reads nothing else)."""
 
-    def __init__(self, *roles: str):
-        super().__init__([SimpleNamespace(id=f"p-{role}", role=role) for role in roles], {}, [], None)
+    def __init__(self, *kinds: str):
+        super().__init__([SimpleNamespace(id=f"p-{kind}", process=kind) for kind in kinds], {}, [], None)
 
 
 @pytest.fixture

@@ -24,5 +24,5 @@ def test_the_readme_tables_are_generated_from_the_registry():
 def test_every_patch_and_knob_has_a_row():
     block = _tables().block(discover_patches(ANY_UPSTREAM))
     for patch in discover_patches(ANY_UPSTREAM):
-        assert f"| {patch.position} | `{patch.id}` | {patch.role} |" in block
+        assert f"| {patch.position} | `{patch.id}` | {patch.process} |" in block
         assert all(f"`{knob.name}`" in block for knob in patch.knobs)

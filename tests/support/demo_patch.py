@@ -14,7 +14,7 @@ PATCH = Patch(
     id="demo-radix-key",
     title="Test-only: count RadixKey.page_aligned calls",
     description="(test-only)",
-    role="scheduler",
+    process="scheduler",
     targets=(
         Target(
             module="sglang.srt.mem_cache.radix_cache",

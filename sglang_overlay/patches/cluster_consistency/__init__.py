@@ -17,7 +17,7 @@ PATCH = Patch(
     title="Every rank of every node reports its overlay state through the job's rendezvous store; "
     "a missing or different rank refuses start-up",
     description="cluster-consistency.md",
-    role="scheduler",
+    process="scheduler",
     knobs=(WAIT_S,),
     probe="sglang_overlay.patches.cluster_consistency.probe:probe",
 )

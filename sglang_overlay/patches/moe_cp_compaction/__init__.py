@@ -14,7 +14,7 @@ PATCH = Patch(
     position=2,
     title="DeepSeek-V2 MoE: compact CP-local valid rows before sparse MoE, restore the padded layout after",
     description="moe-cp-compaction.md",
-    role="scheduler",
+    process="scheduler",
     probe=f"{__name__}.probe:probe",
     targets=(
         Target(

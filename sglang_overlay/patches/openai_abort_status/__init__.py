@@ -15,7 +15,7 @@ PATCH = Patch(
     position=3,
     title="Int-like abort status codes become proper errors on the OpenAI streaming and non-streaming paths",
     description="openai-abort-status.md",
-    role="http",
+    process="http",
     targets=(
         Target(
             "sglang.srt.entrypoints.openai.serving_chat",
