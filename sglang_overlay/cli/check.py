@@ -12,17 +12,19 @@ import subprocess
 import sys
 
 from sglang_overlay.cli.render import _table, console, err_console
-from sglang_overlay.core import identity, installed, lockfile, process_hook, readiness, settings, verify
+from sglang_overlay.core import framework, identity, installed, lockfile, process_hook, readiness, settings, verify
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.version import __version__
 
 
 def _check_rows(plan, dependencies: bool = False) -> list[dict]:
-    """One row per target (or, with ``dependencies``, per dependency) of every patch, enabled or not."""
+    """One row per target (or, with ``dependencies``, per dependency) of every patch, enabled or not; the
+    dependencies end with SGLang's plugin framework (``core.framework``), which the core itself relies on."""
     rows = []
-    for patch in plan.patches:
+    statuses = {**plan.statuses, framework.ID: plan.framework}
+    for patch in [*plan.patches, framework.FRAMEWORK] if dependencies else plan.patches:
         enabled = patch.id not in plan.disabled
-        found = {st.target.path: st for st in plan.statuses.get(patch.id, []) if st.is_dependency == dependencies}
+        found = {st.target.path: st for st in statuses.get(patch.id, []) if st.is_dependency == dependencies}
         for target in patch.depends if dependencies else patch.targets:
             st = found.get(target.path)
             rows.append(

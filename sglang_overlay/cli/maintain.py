@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from sglang_overlay.cli.render import _table, console, err_console
-from sglang_overlay.core import installed, lockfile, process_hook, rebase, verify
+from sglang_overlay.core import framework, installed, lockfile, process_hook, rebase, verify
 
 
 def run_process_hook(install: bool, as_json: bool) -> int:
@@ -35,7 +35,7 @@ def run_lock(wheel: list[str] | None, check_only: bool, include_extra: bool, as_
         return 1
     patches = [p for p in verify.declared_patches(version) if include_extra or not p.extra]
     try:
-        path, data, current = lockfile.regenerate(patches, wheel or ())
+        path, data, current = lockfile.regenerate(framework.with_framework(patches), wheel or ())
     except (lockfile.LockError, OSError, ValueError) as exc:
         err_console.print(f"sglang-overlay lock: {exc}")
         return 1
@@ -67,7 +67,7 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
         if not path.is_file():
             err_console.print(f"sglang-overlay rebase-check: no such wheel {path}")
             return 2
-        patches = verify.declared_patches(lockfile.read_pin().version)
+        patches = framework.with_framework(verify.declared_patches(lockfile.read_pin().version))
         try:
             rows, deps = rebase.report(path, patches), rebase.report(path, patches, dependencies=True)
         except rebase.RebaseError as exc:

@@ -112,6 +112,16 @@ def _version(plan: Plan, role, argv) -> list[Problem]:
     return [Problem(plan.version_problem, fatal=True)] if plan.version_problem else []
 
 
+def _framework(plan: Plan, role, argv) -> list[Problem]:
+    changed = [s for s in plan.framework if not s.ok]
+    if not changed:
+        return []
+    what = "; ".join(s.describe() for s in changed)
+    return [Problem(f"SGLang's plugin framework is not the one sglang-overlay was written against: {what}. Nothing "
+                    "is hooked through a changed framework: install a supported sglang, or port the core to it "
+                    "(sglang-overlay rebase-check names what moved).", fatal=True)]  # fmt: skip
+
+
 def _patches(plan: Plan, role, argv) -> list[Problem]:
     return [Problem(r, patch=p.id) for p in plan.enabled if (r := plan.refusal(p))]
 
@@ -138,6 +148,7 @@ def _setup(plan: Plan, role, argv) -> list[Problem]:
 RULES: list[Rule] = [
     Rule("the imported sglang is the installed one", _sglang),
     Rule("version pin", _version),
+    Rule("the plugin framework verifies", _framework),
     Rule("patches verify", _patches),
     Rule("process-start hook", _process_hook),
     Rule("plugin discoverable", _discovery, environment=True),

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import enum
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from sglang_overlay.core import fingerprint, installed, lockfile, settings
+from sglang_overlay.core import fingerprint, framework, installed, lockfile, settings
 from sglang_overlay.core.registry import Dependency, Patch, Target, discover_patches
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.version import __version__
@@ -137,6 +137,7 @@ class Plan:
     statuses: dict[str, list[TargetStatus]]
     disabled: list[str]
     version_problem: str | None
+    framework: list[TargetStatus] = field(default_factory=list)  # SGLang's plugin framework (core.framework)
 
     def problems(self, patch: Patch) -> list[TargetStatus]:
         return [s for s in self.statuses.get(patch.id, []) if not s.ok]
@@ -178,4 +179,5 @@ def make_plan(lock: dict | None = None) -> Plan:
     statuses = {
         p.id: [target_status(p, t, lock) for t in (*p.targets, *p.depends)] for p in patches if p.id not in disabled
     }
-    return Plan(patches, statuses, disabled, None)
+    framework_statuses = [target_status(framework.FRAMEWORK, d, lock) for d in framework.FRAMEWORK.depends]
+    return Plan(patches, statuses, disabled, None, framework_statuses)
