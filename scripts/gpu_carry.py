@@ -67,18 +67,20 @@ DEVICE_IMAGE = frozenset(
 # the project files whose sglang imports the check reaches (their closure is carried)
 CHECK_FILES = (
     "scripts/bench_moe_compaction.py",
-    "scripts/bench_owner_lanes_0523.py",
-    "scripts/bench_capacity_0523.py",
+    "scripts/bench_owner_lanes.py",
+    "scripts/bench_capacity.py",
+    "scripts/owner_lanes/unified.py",
+    "scripts/owner_lanes/unified_trees.py",
     "tests/support/moe_standins.py",
     "tests/patches/moe_cp_compaction/forward_context/standins.py",
-    "tests/support/hicache_cpu_0523.py",
+    "tests/patches/cp_hicache_owner_lanes/unified/hicache_cpu.py",
     "tests/support/hicache_tensor_count.py",
     "tests/support/runtime.py",
 )
 # what the traced interpreter imports: the modules of the check's steps (third-party needs are read off it)
 TRACE_IMPORTS = (
     "tests.patches.moe_cp_compaction.forward_context.standins",
-    "tests.support.hicache_cpu_0523",
+    "tests.patches.cp_hicache_owner_lanes.unified.hicache_cpu",
     "sglang.srt.models.deepseek_v2",
     "sglang.srt.mem_cache.unified_radix_cache",
     "sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler",

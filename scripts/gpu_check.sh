@@ -13,9 +13,10 @@
 # 2. moe_full: upstream's whole DeepseekV2MoE of 0.5.23 (DeepEP stand-ins; 256 experts x inter 2048, hidden
 #    7168, bf16) padded against the pin's hook: net speedup at 0/12/25/50% dummy rows, the hook under the
 #    same sync mode.
-# 3. owner_lanes: UnifiedRadixCache._load_back_transfers hooked against upstream's with the KV pool and
-#    indices on the device, at 10k and 100k evictable leaves: success, pages evicted, time per call,
-#    tensor ops and host syncs while planning (planning under set_sync_debug_mode("error") on CUDA).
+# 3. owner_lanes: scripts/bench_owner_lanes.py, whose registry-chosen adapter on 0.5.23 is unified's:
+#    UnifiedRadixCache._load_back_transfers hooked against upstream's with the KV pool and indices on the
+#    device, at 10k and 100k evictable leaves: success, pages evicted, time per call, tensor ops and host
+#    syncs while planning (planning under set_sync_debug_mode("error") on CUDA).
 # Each step writes $OUT/<step>.log and $OUT/<step>.json; a failed step does not stop the others; the exit
 # status is 1 when any failed. At most 8 files under $OUT (the device tool's limit).
 set -u
@@ -80,5 +81,5 @@ step moe_boundary 90 "$PY" scripts/bench_moe_compaction.py --boundary-only "${MO
 rm -f "$OUT/moe_full.json"
 step moe_full 180 bash -c '"$0" scripts/bench_moe_compaction.py "$@"; [ $? -le 1 ] && [ -s "${@: -1}" ]' \
     "$PY" "${MOE[@]}" --json "$OUT/moe_full.json"
-step owner_lanes 240 "$PY" scripts/bench_owner_lanes_0523.py "${LANES[@]}" --json "$OUT/owner_lanes.json"
+step owner_lanes 240 "$PY" scripts/bench_owner_lanes.py "${LANES[@]}" --json "$OUT/owner_lanes.json"
 exit "$failed"

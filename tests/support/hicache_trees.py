@@ -1,7 +1,7 @@
 """Small real HiRadixCache trees for planner property tests, and exact oracles over any tree.
 
 ``build_tree`` grows a tree on upstream's real HiRadixCache / PageInterleavePoolAllocator
-(``hicache_cpu.build_cpu_hicache``) from a list of chain specs, each attached to the root or
+(``build_cpu_hicache`` of ``tests/patches/cp_hicache_owner_lanes/hiradix/hicache_cpu.py``) from a list of chain specs, each attached to the root or
 to a page-prefix of an earlier chain (so interior nodes, splits and single-child chains all
 occur), then touches and locks nodes as the spec says. Nothing in it is a stand-in; it imports
 0.5.20's classes only when called. ``plain_tree.build_tree`` grows the same spec on the stand-in.
@@ -45,7 +45,7 @@ def build_tree(
     bump, as a request hit does), a lock takes ``inc_lock_ref`` on its last node.
     Returns (cache, token lists of the chains, locked nodes).
     """
-    from tests.support import hicache_cpu as hc
+    from tests.patches.cp_hicache_owner_lanes.hiradix import hicache_cpu as hc
 
     cache = hc.build_cpu_hicache(n, 1, pages_per_rank, eviction_policy=policy, layers=1, heads=1, head_dim=1)
     tokens: List[List[int]] = []

@@ -14,7 +14,7 @@ from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.allocation import alloc_owner_classed
 from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
-from tests.support import hicache_cpu as hc
+from tests.patches.cp_hicache_owner_lanes.hiradix import hicache_cpu as hc
 
 _TOKENS = itertools.count(10_000, 7)
 

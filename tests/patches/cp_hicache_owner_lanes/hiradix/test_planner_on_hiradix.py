@@ -15,7 +15,7 @@ import sglang_overlay
 from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.state import state_of
 from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import LeafOrderIndex
 from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, lane_need, plan_owner_lane_eviction
-from tests.support import hicache_cpu as hc
+from tests.patches.cp_hicache_owner_lanes.hiradix import hicache_cpu as hc
 from tests.support.hicache_tensor_count import count_tensor_work
 
 

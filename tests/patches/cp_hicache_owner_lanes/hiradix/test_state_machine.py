@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import sglang_overlay
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
-from tests.support import hicache_cpu as hc
+from tests.patches.cp_hicache_owner_lanes.hiradix import hicache_cpu as hc
 
 PROMPTS = [[(p + 1) * 1_000_000 + i for i in range(64)] for p in range(3)]
 SUFFIXES = [[(s + 1) * 10_000 + 500_000_000 + i for i in range(64)] for s in range(6)]

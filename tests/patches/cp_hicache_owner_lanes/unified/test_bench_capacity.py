@@ -1,5 +1,6 @@
-"""The 0.5.23 capacity-eviction benchmark (scripts/bench_capacity_0523.py) at its smallest size:
-its counted goals hold. Never wall time: times and speedups are reported, not tested.
+"""The capacity-eviction benchmark on the unified release (scripts/bench_capacity.py) at its smallest size:
+its counted goals hold and its JSON is the schema's. Never wall time: times and speedups are reported, not
+tested.
 
 Collected only where the installed sglang is in unified/'s Release range (tests/conftest.py: release folders). Runs in this
 process (one 1k-leaf tree per side, a few seconds): the patch admits exactly as often as upstream,
@@ -10,32 +11,25 @@ on the same tree, does evict units of lanes that are not short (so the scenario 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
-from tests.conftest import REPO
-
-
-def load_bench():
-    sys.path.insert(0, str(REPO / "scripts"))  # the bench imports its sibling bench_owner_lanes_0523
-    spec = importlib.util.spec_from_file_location("bench_capacity_0523", REPO / "scripts" / "bench_capacity_0523.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.support.owner_lanes_bench import CAPACITY, assert_schema, load_bench, owner_lanes
 
 
 def test_capacity_bench_smallest_size_counted_goals(tmp_path):
     out = tmp_path / "bench.json"
-    load_bench().main(["--sizes", "1000", "--calls", "6", "--json", str(out)])
+    load_bench(CAPACITY).main(["--sizes", "1000", "--calls", "6", "--json", str(out)])
     assert [p.name for p in tmp_path.iterdir()] == ["bench.json"]  # only where told
-    (row,) = json.loads(out.read_text())["sizes"].values()
+    result = json.loads(out.read_text())
+    assert_schema(result, owner_lanes("schema").CAPACITY)
+    assert result["timed_call"] == "BaseTokenToKVPoolAllocator.evict_to_free_tokens"
+    (row,) = result["sizes"].values()
     assert row["leaves"] == 1000 and row["calls"] == 6
     assert row["deficit_pages_patch"] > 0 and row["deficit_pages_upstream"] > 0
     assert row["admission_rate_patch"] == row["admission_rate_upstream"] == 1.0
     assert row["pages_evicted_nonshort_patch"] == 0
-    assert row["pages_evicted_per_page_needed_short_patch"] <= 1.0
-    assert row["patch"]["capacity_plans"] == 6 and row["patch"]["capacity_fallbacks"] == 0
+    assert row["pages_evicted_per_deficit_page_patch"] <= 1.0
+    assert row["capacity_plans_patch"] == 6 and row["capacity_fallbacks_patch"] == 0
     assert row["tensor_ops_planning"] == 0 and row["host_syncs_planning"] == 0
     assert row["pages_evicted_nonshort_upstream"] > 0  # upstream's lane-blind floor, same tree
-    assert row["time_ms_median_patch"] > 0 and row["time_ms_median_upstream"] > 0
+    assert row["time_per_call_ms_patch"] > 0 and row["time_per_call_ms_upstream"] > 0

@@ -1,7 +1,7 @@
 """cp-hicache-owner-lanes on sglang 0.5.23: prefill/decode capacity eviction per owner lane, on
 upstream's real ``PageInterleavePoolAllocator.evict_to_free_tokens`` (inherited from
 ``BaseTokenToKVPoolAllocator``), ``check_decode_capacity``, ``UnifiedRadixCache`` and its HiCache
-controller (CPU; stand-ins named in tests/support/hicache_cpu_0523.py).
+controller (CPU; stand-ins named in this folder's hicache_cpu.py).
 
 Every scenario is built twice, the same way: one copy goes through the hook, the other through
 upstream's original function (the comparison the patch's claims rest on). With
@@ -21,7 +21,7 @@ from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as cap
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import plan_lanes
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
-from tests.support.hicache_cpu_0523 import Harness
+from tests.patches.cp_hicache_owner_lanes.unified.hicache_cpu import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
 from tests.support.hooked import around
 

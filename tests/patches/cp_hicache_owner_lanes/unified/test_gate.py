@@ -1,6 +1,6 @@
 """cp-hicache-owner-lanes on sglang 0.5.23: the load-back hook on upstream's real
 UnifiedRadixCache, HybridCacheController, PageInterleavePoolAllocator, host pool and
-transfer engine (CPU; stand-ins named in tests/support/hicache_cpu_0523.py).
+transfer engine (CPU; stand-ins named in this folder's hicache_cpu.py).
 
 Collected only where the installed sglang is in unified/'s Release range (tests/conftest.py: release folders). The hook is installed on
 ``UnifiedRadixCache._load_back_transfers`` the way SGLang's HookRegistry installs an
@@ -22,7 +22,7 @@ from sglang_overlay.patches.cp_hicache_owner_lanes.report import logger
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.gate import load_back_transfers_hook
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import evicted_segment, plan_load_back
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
-from tests.support.hicache_cpu_0523 import Harness
+from tests.patches.cp_hicache_owner_lanes.unified.hicache_cpu import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
 from tests.support.hooked import around
 

@@ -1,6 +1,6 @@
 """cp-hicache-owner-lanes on sglang 0.5.23: the host-backup gate per owner lane, on upstream's real
 ``UnifiedRadixCache._execute_kv_backup``, HybridCacheController, ``PageInterleaveHostPool`` and
-transfer engine (CPU; stand-ins named in tests/support/hicache_cpu_0523.py). Write-through: every
+transfer engine (CPU; stand-ins named in this folder's hicache_cpu.py). Write-through: every
 insert is backed up at once.
 
 Each scenario runs twice, the same way: through the hook and through upstream's original (an instance
@@ -15,7 +15,7 @@ import functools
 import pytest
 
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified import host_backup as hb
-from tests.support.hicache_cpu_0523 import Harness
+from tests.patches.cp_hicache_owner_lanes.unified.hicache_cpu import Harness
 from tests.support.hicache_tensor_count import count_tensor_work
 from tests.support.hooked import around
 

@@ -149,7 +149,7 @@ def build_cpu_hicache(
     upstream's behaviour exactly. ``device="cuda"`` puts the device KV pool and
     the allocator's index tensors on the GPU (the host pool and the stand-in copy
     engine stay as they are); only ``scripts/bench_owner_lanes.py --device cuda``
-    uses it.
+    (``scripts/owner_lanes/hiradix_trees.py``) uses it.
     """
     publish_cpu_runtime()
     group = ensure_gloo_group()
