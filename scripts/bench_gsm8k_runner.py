@@ -132,7 +132,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def data_dir_for(args: argparse.Namespace) -> Path | None:
-    from tests.conftest import GSM8K_DIR, full_gsm8k_dir
+    from tests.support.env import GSM8K_DIR, full_gsm8k_dir
 
     if args.data_dir:
         return Path(args.data_dir)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Mutation testing of the patches' implementation modules with mutmut 3, one targeted run per patch.
 
-For each patch (``moe``, ``abort``, ``hicache``) this copies the checkout's sources and tests into
+For each patch (``moe``, ``abort``, ``hicache``) on the installed sglang (its root's modules and those of the
+release folder serving the installed release, from the registry; run it in each pin's environment) this copies the checkout's sources and tests into
 a work folder (default ``mutants/<patch>/`` in the checkout, which git should ignore), writes a
 ``setup.cfg`` ``[mutmut]`` section there, and runs ``mutmut run`` in it. mutmut copies that work
 folder again into its own ``mutants/`` and runs pytest there: the real sources are never
@@ -53,7 +54,7 @@ TESTS = "tests/patches"
 
 @dataclass(frozen=True)
 class Target:
-    """One patch: the modules mutmut mutates and the tests it may run."""
+    """One patch on the installed release: the modules mutmut mutates and the tests it may run."""
 
     modules: tuple[str, ...]
     tests: tuple[str, ...]
@@ -61,30 +62,74 @@ class Target:
     deselect: str = ""  # -k expression of tests left out (a subprocess that only re-checks hooking, say)
 
 
-TARGETS = {
-    "moe": Target(
-        modules=tuple(f"{PKG}/moe_cp_compaction/{m}.py" for m in ("layout", "producers", "batch_layout", "rows",
-                                                                 "boundary", "explicit_count/forward")),
-        tests=(f"{TESTS}/moe_cp_compaction/test_layout.py", f"{TESTS}/moe_cp_compaction/test_boundary.py",
-               f"{TESTS}/moe_cp_compaction/explicit_count/test_boundary.py",
-               f"{TESTS}/moe_cp_compaction/explicit_count/test_startup.py"),
+@dataclass(frozen=True)
+class Declared:
+    """One patch as declared here: its root's modules and tests, and each release folder's own. The folder
+    serving the installed sglang comes from the registry (``release_for``); a folder not named here is
+    refused, so a new release folder cannot go unmutated."""
+
+    patch: str  # the patch id
+    modules: tuple[str, ...]  # relative to the patch's package, mutated on every release
+    tests: tuple[str, ...]  # relative to tests/patches/<package>/ (a folder collects what applies here)
+    releases: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]  # folder -> (its modules, its tests)
+    subprocess_tests: tuple[str, ...] = field(default=())
+    deselect: str = ""
+
+
+DECLARED = {
+    "moe": Declared(
+        "moe-cp-compaction",
+        modules=("layout", "producers", "batch_layout", "rows", "boundary"),
+        tests=("test_layout.py", "test_boundary.py"),
+        releases={"explicit_count": (("forward",), ("test_boundary.py", "test_startup.py")),
+                  "forward_context": (("forward",), ("test_boundary.py", "test_startup.py"))},
         deselect="not the_plugin_path_hooks_the_boundary",  # a fresh interpreter per mutant, hooking only
     ),
-    "abort": Target(
-        modules=tuple(f"{PKG}/openai_abort_status/{m}.py" for m in ("status", "streaming",
-                                                                   "listed_statuses/finish_reason")),
-        tests=(f"{TESTS}/openai_abort_status/test_status_normalize.py",
-               f"{TESTS}/openai_abort_status/test_stream_wrapper.py",
-               f"{TESTS}/openai_abort_status/listed_statuses/test_abort_finish_reason.py"),
-        subprocess_tests=(f"{TESTS}/openai_abort_status/test_lora_release.py", "-k", "exactly_once or normal_finish"),
+    "abort": Declared(
+        "openai-abort-status",
+        modules=("status", "streaming"),
+        tests=("test_status_normalize.py", "test_stream_wrapper.py"),
+        releases={"listed_statuses": (("finish_reason",), ("test_abort_finish_reason.py",)),
+                  "status_range": (("finish_reason",), ("test_normalize_then_upstream.py",))},
+        subprocess_tests=("test_lora_release.py", "-k", "exactly_once or normal_finish"),
     ),
-    "hicache": Target(
-        modules=tuple(f"{PKG}/cp_hicache_owner_lanes/{m}.py"
-                      for m in ("planner", "leaf_index", "metadata", "counters", "hiradix/state", "hiradix/load_back",
-                                "hiradix/allocation", "hiradix/eviction", "hiradix/stamping")),
-        tests=(f"{TESTS}/cp_hicache_owner_lanes/",),
+    "hicache": Declared(
+        "cp-hicache-owner-lanes",
+        modules=("planner", "leaf_index", "metadata", "counters"),
+        tests=("",),  # the patch's whole test folder: the conftest collects the serving folder's tests only
+        releases={"hiradix": (("state", "load_back", "allocation", "eviction", "stamping"), ()),
+                  "unified": (("state", "gate", "capacity", "host_backup", "planning", "eviction", "tree_view"), ())},
     ),
 }  # fmt: skip
+
+
+def serving_folder(patch_id: str, version: str | None) -> str:
+    """The release folder of ``patch_id`` serving sglang ``version`` (from the registry); SystemExit if none."""
+    from sglang_overlay.core.registry import ANY_UPSTREAM, discover_patches
+
+    (patch,) = [p for p in discover_patches(ANY_UPSTREAM) if p.id == patch_id]
+    release = patch.release_for(version) if version else None
+    if release is None:
+        raise SystemExit(f"no release folder of {patch_id} serves the installed sglang {version}")
+    return release.folder
+
+
+def resolve(declared: Declared, version: str | None) -> Target:
+    """The modules and tests of ``declared`` on sglang ``version``: its root's and its serving folder's."""
+    folder = serving_folder(declared.patch, version)
+    if folder not in declared.releases:
+        raise SystemExit(f"{declared.patch}: release folder {folder}/ serves sglang {version} but is not declared "
+                         f"in scripts/mutation_test.py (only {sorted(declared.releases)}): say what to mutate there")  # fmt: skip
+    package, tests = declared.patch.replace("-", "_"), f"{TESTS}/{declared.patch.replace('-', '_')}"
+    own_modules, own_tests = declared.releases[folder]
+    modules = (*declared.modules, *(f"{folder}/{m}" for m in own_modules))
+    return Target(
+        modules=tuple(f"{PKG}/{package}/{m}.py" for m in modules),
+        tests=tuple(f"{tests}/{t}" for t in declared.tests) + tuple(f"{tests}/{folder}/{t}" for t in own_tests),
+        subprocess_tests=tuple(f"{tests}/{a}" if a.endswith(".py") else a for a in declared.subprocess_tests),
+        deselect=declared.deselect,
+    )
+
 
 COPY = ("sglang_overlay", "tests", "patches", "scripts", "pyproject.toml")
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
@@ -195,7 +240,9 @@ def summarize(module: str, found: dict[str, str]) -> dict:
 
 
 def run_patch(name: str, args) -> list[dict]:
-    target = TARGETS[name]
+    from sglang_overlay.core.installed import installed_sglang_version
+
+    target = resolve(DECLARED[name], installed_sglang_version())
     workdir = args.workdir / name
     earlier = {m: s for module in target.modules for m, s in statuses(workdir, module).items()} if args.resume else {}
     prepare(workdir, target, fresh=not args.resume, limits=(args.timeout_constant, args.timeout_multiplier))
@@ -231,7 +278,7 @@ def print_table(rows: list[dict], goal: float) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--patches", nargs="+", choices=sorted(TARGETS), default=["moe", "abort"])
+    ap.add_argument("--patches", nargs="+", choices=sorted(DECLARED), default=["moe", "abort"])
     ap.add_argument("--workdir", type=Path, default=REPO / "mutants", help="work folders go here (default: mutants/)")
     ap.add_argument("--max-children", type=int, default=2, help="mutants tested in parallel (default 2)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one patch's mutmut run may take")

@@ -9,7 +9,7 @@ pin's environment is that pin's whole suite, and the folders left out are listed
 Tiers (markers): the default run is in-process; ``ci_slow`` holds fresh interpreters, packaging, nested
 pytest runs and quick benchmarks; ``e2e`` the real servers; ``slow`` the long runs.
 
-Data: ``GSM8K_DIR`` is the small committed fixture (tests/data/gsm8k, MIT, with its notice), so a
+Data (``tests/support/env.py``, with ``REPO`` and ``subprocess_env``): ``GSM8K_DIR`` is the small committed fixture (tests/data/gsm8k, MIT, with its notice), so a
 clone with nothing beside it runs its suite. ``full_gsm8k_dir()`` finds the full splits (the
 project's ``../shared/data/gsm8k``, else the runner's cache); tests that need them carry
 ``requires_full_gsm8k`` and are skipped, with the reason, where neither exists.
@@ -21,62 +21,12 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-GSM8K_DIR = REPO / "tests" / "data" / "gsm8k"
-_FULL_GSM8K_CANDIDATES = (SHARED / "data" / "gsm8k", Path.home() / ".cache" / "sglang-overlay" / "gsm8k")
-
-
-def full_gsm8k_dir() -> Path | None:
-    """The full GSM8K splits (1,319 test / 7,473 train), or None where no copy exists here."""
-    for candidate in _FULL_GSM8K_CANDIDATES:
-        if (candidate / "test.jsonl").is_file() and (candidate / "train.jsonl").is_file():
-            return candidate
-    return None
-
-
-requires_full_gsm8k = pytest.mark.skipif(
-    full_gsm8k_dir() is None,
-    reason="needs the full GSM8K splits: ../shared/data/gsm8k beside the checkout, or the runner's cache "
-    "(~/.cache/sglang-overlay/gsm8k, filled by `sglang-overlay gsm8k` when online)",
-)
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+if str(Path(__file__).resolve().parent.parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-# SGLANG_OVERLAY_TEST_INSTALLED=1: fresh interpreters and real servers run the overlay installed in this
-# environment (a wheel, as users install it) instead of this checkout's sources; CI sets it where it
-# installs the built wheel into an environment the project's script did not build.
-INSTALLED_ENV = "SGLANG_OVERLAY_TEST_INSTALLED"
-
-
-def overlay_under_test() -> str:
-    """ "installed" or "checkout": which copy of the overlay fresh interpreters and servers import."""
-    return "installed" if os.environ.get(INSTALLED_ENV, "").strip() in ("1", "true", "yes") else "checkout"
-
-
-def overlay_path() -> list[str]:
-    """What goes first on PYTHONPATH for the overlay under test (nothing for the installed one)."""
-    return [str(REPO)] if overlay_under_test() == "checkout" else []
-
-
-def overlay_cwd() -> Path:
-    """Where fresh interpreters start: the checkout, unless the installed overlay is under test (``python -m``
-    and ``-c`` put their working directory first on sys.path, where the checkout would shadow it)."""
-    return REPO if overlay_under_test() == "checkout" else Path.home()
-
-
-def subprocess_env(**extra: str) -> dict:
-    """Environment for a fresh interpreter running the overlay under test (this checkout, by default)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY_")}
-    env.pop("SGLANG_PLUGINS", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*overlay_path(), env.get("PYTHONPATH", "")]))
-    env["HF_HUB_OFFLINE"] = "1"
-    env.update(extra)
-    return env
+from tests.support.env import REPO, full_gsm8k_dir, overlay_under_test  # noqa: E402 (after the path set-up)
 
 
 def _installed_sglang() -> str | None:

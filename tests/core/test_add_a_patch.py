@@ -15,8 +15,8 @@ import textwrap
 
 import pytest
 
-from tests.conftest import REPO, subprocess_env
 from tests.support.checkout import changed, copy_checkout, git
+from tests.support.env import REPO, subprocess_env
 
 pytestmark = pytest.mark.ci_slow  # a copy of the checkout, fresh interpreters and a nested pytest
 

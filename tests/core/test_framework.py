@@ -10,7 +10,7 @@ import copy
 import pytest
 
 from sglang_overlay.core import framework, lockfile, readiness, verify
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 FRAMEWORK_MODULES = {"sglang.srt.plugins", "sglang.srt.plugins.hook_registry"}
 LOCKED = {d.path for d in framework.FRAMEWORK.depends}

@@ -24,7 +24,7 @@ from starlette.testclient import TestClient
 from sglang_overlay import cli
 from sglang_overlay.core import http_status, server_status
 from sglang_overlay.errors import OverlayError
-from tests.conftest import subprocess_env
+from tests.support.env import subprocess_env
 
 
 def _routes(app) -> list[tuple]:

@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from tests.conftest import REPO, subprocess_env
+from tests.support.env import REPO, subprocess_env
 from tests.support.real_server import smollm2
 from tests.support.real_server.model import build_once
 

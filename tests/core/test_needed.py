@@ -23,7 +23,7 @@ from sglang_overlay.core.registry import (
     Release,
     Target,
 )
-from tests.conftest import subprocess_env
+from tests.support.env import subprocess_env
 
 
 def finds_it() -> Finding:
@@ -115,7 +115,7 @@ def test_no_test_keeps_an_xfail_of_upstreams_path_beside_the_probes():
     boundary tests' ``upstream`` parametrizations did) is refused here, whichever way it is spelled."""
     import ast
 
-    from tests.conftest import REPO
+    from tests.support.env import REPO
 
     found = []
     for path in sorted((REPO / "tests").rglob("*.py")):

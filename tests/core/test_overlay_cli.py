@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sglang_overlay.core import fingerprint, lockfile
-from tests.conftest import REPO
-from tests.core.test_overlay_plugin import DEMO, DEMO_TARGET, demo_env, demo_lock  # noqa: F401 (fixture)
+from tests.support.demo import DEMO_TARGET, demo_env
+from tests.support.env import REPO
 from tests.support.proc import run_cli
 
 pytestmark = pytest.mark.ci_slow  # the console script in fresh interpreters: seconds each

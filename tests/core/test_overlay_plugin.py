@@ -13,28 +13,10 @@ import json
 import pytest
 
 from sglang_overlay.version import __version__
+from tests.support.demo import DEMO_TARGET, demo_env
 from tests.support.proc import HOOK_REPORT, hook_report, run_cli, run_python
 
 pytestmark = pytest.mark.ci_slow  # fresh interpreters that import sglang: seconds each
-DEMO = "tests.support.demo_patch"
-DEMO_TARGET = "sglang.srt.mem_cache.radix_cache.RadixKey.page_aligned"
-
-
-@pytest.fixture(scope="module")
-def demo_lock(tmp_path_factory):
-    """A copy of the shipped lock extended with the demo patch's fingerprint."""
-    path = tmp_path_factory.mktemp("lock") / "upstream.lock"
-    from sglang_overlay.core import lockfile
-
-    path.write_text(lockfile.default_lock_path().read_text())
-    proc = run_cli("lock", "--include-extra", SGLANG_OVERLAY_EXTRA_PATCHES=DEMO, SGLANG_OVERLAY_LOCK=str(path))
-    assert proc.returncode == 0, proc.stderr
-    assert DEMO_TARGET in json.loads(path.read_text())["targets"]
-    return path
-
-
-def demo_env(lock, **extra):
-    return {"SGLANG_OVERLAY_EXTRA_PATCHES": DEMO, "SGLANG_OVERLAY_LOCK": str(lock), **extra}
 
 
 def lock_with(lock_path, tmp_path, mutate) -> str:
@@ -201,7 +183,7 @@ def test_missing_target_refuses_start(tmp_path):
     proc = run_python(
         LOAD_ONLY,
         SGLANG_OVERLAY_EXTRA_PATCHES="missing_patch",
-        PYTHONPATH=f"{tmp_path}:{__import__('tests.conftest').conftest.REPO}",
+        PYTHONPATH=f"{tmp_path}:{__import__('tests.support.env').support.env.REPO}",
     )
     assert proc.returncode == 1
     assert "patch 'demo-missing'" in proc.stderr and "missing in the installed upstream" in proc.stderr
@@ -210,7 +192,7 @@ def test_missing_target_refuses_start(tmp_path):
 
 def test_hook_that_did_not_take_fails_at_import(tmp_path):
     """An AROUND hook on a class: SGLang's HookRegistry only logs its TypeError; the overlay refuses."""
-    from tests.conftest import REPO
+    from tests.support.env import REPO
 
     mod = tmp_path / "class_patch.py"
     mod.write_text(

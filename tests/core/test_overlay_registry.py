@@ -24,7 +24,7 @@ from sglang_overlay.core.registry import (
     discover_patches,
     package_name,
 )
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 SHIPPED = discover_patches(ANY_UPSTREAM)
 TRAILERS = ("Constraint", "Rejected", "Directive", "Confidence", "Scope-risk", "Tested", "Not-tested")

@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from sglang_overlay.core import installed, lockfile, verify
 from sglang_overlay.core.registry import ANY_UPSTREAM, Patch, Release, Target, discover_patches
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 # What the folders say, read here without the code under test: each folder with a lock, oldest first.
 PINS = {p.name: p for p in sorted((REPO / "patches" / "pins").glob("*/upstream.lock"), key=lambda f: Version(f.parent.name))

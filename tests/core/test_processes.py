@@ -16,7 +16,7 @@ import time
 import pytest
 
 from sglang_overlay.core import lockfile, process_hook
-from tests.conftest import REPO, subprocess_env
+from tests.support.env import REPO, subprocess_env
 from tests.support.proc import run_cli, run_python
 
 pytestmark = pytest.mark.ci_slow  # fresh interpreters that import sglang: seconds each

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from sglang_overlay.core.registry import ANY_UPSTREAM, discover_patches
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 
 def _tables():

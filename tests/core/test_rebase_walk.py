@@ -39,8 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import subprocess_env
 from tests.support.checkout import changed, copy_checkout
+from tests.support.env import subprocess_env
 from tests.support.proc import HOOK_REPORT, hook_report
 
 pytestmark = pytest.mark.ci_slow

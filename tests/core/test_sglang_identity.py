@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sglang_overlay.core import lockfile
-from tests.conftest import overlay_cwd, subprocess_env
+from tests.support.env import overlay_cwd, subprocess_env
 
 pytestmark = pytest.mark.ci_slow  # fresh environments and interpreters that import sglang: seconds each
 

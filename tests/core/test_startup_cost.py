@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import REPO, subprocess_env
+from tests.support.env import REPO, subprocess_env
 
 
 def test_a_step_counts_its_calls_and_the_modules_it_imported(monkeypatch):

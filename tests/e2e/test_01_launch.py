@@ -5,32 +5,21 @@ completions and chat with the overlay in every process, announce it once per pro
 from __future__ import annotations
 
 import json
-import re
 
 import httpx
 import openai
 import pytest
 
-from sglang_overlay.core.installed import installed_sglang_version
-from sglang_overlay.core.registry import discover_patches
-from tests.e2e.conftest import OVERLAY_API_KEY, OVERLAY_MSGPACK, OVERLAY_PICKLE_CLI
+from tests.support.real_server.active import PATCHES, active_lines
+from tests.support.real_server.configs import OVERLAY_API_KEY, OVERLAY_MSGPACK, OVERLAY_PICKLE_CLI
 from tests.support.real_server.server import run_status
 
 pytestmark = pytest.mark.e2e
-
-ACTIVE = re.compile(r"sglang-overlay: active pid=(\d+) role=(\S+) patches=(\S+) fingerprints=(\S+)")
-PATCHES = {p.id for p in discover_patches(installed_sglang_version())}  # every patch of the installed pin
 
 
 @pytest.fixture(scope="module", params=[OVERLAY_PICKLE_CLI, OVERLAY_MSGPACK], ids=lambda c: c.name)
 def server(request, server_pool):
     return server_pool.get(request.param)
-
-
-def active_lines(server) -> list[tuple[int, str, set, str]]:
-    return [
-        (int(pid), role, set(patches.split(",")), fp) for pid, role, patches, fp in ACTIVE.findall(server.log_text())
-    ]
 
 
 def test_launched_through_the_configured_launcher(server):

@@ -12,8 +12,9 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import OVERLAY_MSGPACK_W2, OVERLAY_PICKLE_W2
-from tests.e2e.test_01_launch import PATCHES, active_lines, run_status
+from tests.support.real_server.active import PATCHES, active_lines
+from tests.support.real_server.configs import OVERLAY_MSGPACK_W2, OVERLAY_PICKLE_W2
+from tests.support.real_server.server import run_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.per_pin]  # process entry and multi-rank: per release
 
@@ -55,7 +56,7 @@ def test_every_process_runs_the_overlay_under_test(server):
     """Each process's record names the overlay it imported: this checkout's sources, or, where CI installed the
     built wheel (SGLANG_OVERLAY_TEST_INSTALLED=1), the wheel's copy in site-packages, in every process,
     the tokenizer workers (entered by the wheel's .pth hook) included."""
-    from tests.conftest import REPO, overlay_under_test
+    from tests.support.env import REPO, overlay_under_test
 
     report = json.loads(run_status(server.url, "--json").stdout)
     files = {p["pid"]: p["overlay_file"] for p in report["processes"] if p["overlay"]}

@@ -36,14 +36,14 @@ import subprocess
 import httpx
 import pytest
 
-from tests.e2e.conftest import (
+from tests.support.real_server.aborts import fire, judge
+from tests.support.real_server.configs import (
     OVERLAY_MSGPACK,
     OVERLAY_MSGPACK_W2,
     OVERLAY_PICKLE_CLI,
     UPSTREAM_MSGPACK,
     UPSTREAM_PICKLE,
 )
-from tests.support.real_server.aborts import fire, judge
 from tests.support.real_server.probes import wait_idle
 from tests.support.real_server.server import VENV_BIN, run_status
 

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.conftest import OVERLAY_PLAIN, UPSTREAM_PLAIN
+from tests.support.real_server.configs import OVERLAY_PLAIN, UPSTREAM_PLAIN
 from tests.support.real_server.model import REPO
 from tests.support.real_server.server import VENV_BIN
 

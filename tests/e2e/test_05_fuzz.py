@@ -27,14 +27,16 @@ import pytest
 import requests
 from hypothesis import HealthCheck, assume, given, settings
 
-from tests.e2e.conftest import OVERLAY_PLAIN, UPSTREAM_PLAIN
+from tests.support.real_server.configs import OVERLAY_PLAIN, UPSTREAM_PLAIN
 from tests.support.real_server.model import VOCAB_SIZE
 from tests.support.real_server.probes import wait_idle
 
 pytestmark = [
     pytest.mark.e2e,
 ]
-schemathesis = pytest.importorskip("schemathesis", reason="schemathesis (scripts/requirements-cpu.lock) not installed")
+schemathesis = pytest.importorskip(
+    "schemathesis", reason="schemathesis (scripts/requirements-cpu-<pin>.lock) not installed"
+)
 
 OPERATIONS = {"/v1/completions": "POST", "/v1/chat/completions": "POST"}
 MAX_EXAMPLES = 30

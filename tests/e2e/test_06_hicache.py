@@ -18,8 +18,8 @@ import re
 import httpx
 import pytest
 
-from tests.e2e.conftest import OVERLAY_HICACHE, UPSTREAM_HICACHE
 from tests.support import releases
+from tests.support.real_server.configs import OVERLAY_HICACHE, UPSTREAM_HICACHE
 from tests.support.real_server.model import GSM8K_TRAIN
 from tests.support.real_server.server import run_status
 

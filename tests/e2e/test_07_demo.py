@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import REPO, subprocess_env
+from tests.support.env import REPO, subprocess_env
 from tests.support.proc import with_default_sigint
 
 # slow: a convenience script over the launch code every e2e module runs; its own part is the Ctrl-C stop (4 min)

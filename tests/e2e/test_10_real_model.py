@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import full_gsm8k_dir
-from tests.e2e.conftest import ServerPool
 from tests.gsm8k.full_splits import needs_full_gsm8k
+from tests.support.env import full_gsm8k_dir
 from tests.support.real_server.model import REPO
+from tests.support.real_server.pool import ServerPool
 from tests.support.real_server.probes import greedy_texts
 from tests.support.real_server.server import ServerConfig
 from tests.support.real_server.smollm2 import SERVER_ARGS, RealModelError, build_real_model

@@ -6,7 +6,7 @@ skipped run shows what went unchecked (for example "every one of the 8,792 publi
 
 import pytest
 
-from tests.conftest import requires_full_gsm8k
+from tests.support.env import requires_full_gsm8k
 
 
 def needs_full_gsm8k(why: str) -> pytest.MarkDecorator:

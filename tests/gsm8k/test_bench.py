@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import GSM8K_DIR, REPO, subprocess_env
+from tests.support.env import GSM8K_DIR, REPO, subprocess_env
 
 
 @pytest.mark.ci_slow

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sglang_overlay_gsm8k.cli import main
-from tests.conftest import GSM8K_DIR, REPO, subprocess_env
+from tests.support.env import GSM8K_DIR, REPO, subprocess_env
 from tests.support.proc import run_cli
 
 

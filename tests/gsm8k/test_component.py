@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sglang_overlay_gsm8k import extra
-from tests.conftest import GSM8K_DIR, REPO, subprocess_env
+from tests.support.env import GSM8K_DIR, REPO, subprocess_env
 from tests.support.proc import VENV_BIN, run_python
 
 RUNNER_ROOTS = {"httpx", "tqdm", "matplotlib", "sglang_overlay_gsm8k"}

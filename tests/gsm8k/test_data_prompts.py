@@ -10,8 +10,8 @@ import pytest
 
 from sglang_overlay_gsm8k import data, prompts
 from sglang_overlay_gsm8k.scoring import extract_prediction, gold_answer
-from tests.conftest import GSM8K_DIR, full_gsm8k_dir
 from tests.gsm8k.full_splits import needs_full_gsm8k
+from tests.support.env import GSM8K_DIR, full_gsm8k_dir
 
 
 @pytest.fixture(scope="module")

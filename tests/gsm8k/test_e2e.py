@@ -11,8 +11,9 @@ import time
 import pytest
 
 from sglang_overlay_gsm8k.cli import main
-from tests.conftest import GSM8K_DIR, full_gsm8k_dir
 from tests.gsm8k.full_splits import needs_full_gsm8k
+from tests.support.env import GSM8K_DIR, full_gsm8k_dir
+from tests.support.gsm8k_cli import MAX_RETRIES, load_run, run_cli
 from tests.support.scripted_server import serve_openai
 
 pytestmark = pytest.mark.ci_slow  # scripted OpenAI servers in fresh processes
@@ -27,7 +28,6 @@ PLAN = {
     "slow": {"4": 0.3, "30": 0.3, **{str(i): 0.05 for i in range(40, 60)}},
     "abort": {"3": [503, 1], "33": [503, 1], "9": [503, -1], "59": [500, -1]},
 }
-MAX_RETRIES = 3
 ABORT_PATCH = "openai-abort-status"
 
 
@@ -69,31 +69,6 @@ def _serve(data_dir, plan=PLAN, **env):
 def server():
     with _serve(GSM8K_DIR) as handle:
         yield handle
-
-
-def run_cli(capsys, out_dir, *args, data_dir=GSM8K_DIR):
-    argv = [
-        "--data-dir",
-        str(data_dir),
-        "--no-download",
-        "--no-progress",
-        "--retry-backoff",
-        "0.02",
-        "--max-retries",
-        str(MAX_RETRIES),
-        *map(str, args),
-    ]
-    if out_dir is not None:
-        argv += ["--output", str(out_dir)]
-    code = main(argv)
-    printed = capsys.readouterr().out.strip().splitlines()
-    return code, printed[-1] if printed else ""
-
-
-def load_run(out_dir):
-    summary = json.loads((out_dir / "summary.json").read_text())
-    records = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
-    return summary, records
 
 
 def check_against_plan(summary, records, n):
@@ -296,7 +271,7 @@ def test_ctrl_c_keeps_the_answers_so_far_and_exits_2(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import REPO, subprocess_env
+    from tests.support.env import REPO, subprocess_env
     from tests.support.proc import with_default_sigint
 
     with _serve(GSM8K_DIR, plan={**PLAN, "slow": {**PLAN["slow"], "20": 8.0}}) as server:

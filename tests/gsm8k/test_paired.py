@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from sglang_overlay_gsm8k import paired
 from sglang_overlay_gsm8k.report import Record
-from tests.conftest import GSM8K_DIR
-from tests.gsm8k.test_e2e import MAX_RETRIES, load_run, run_cli
+from tests.support.env import GSM8K_DIR
+from tests.support.gsm8k_cli import MAX_RETRIES, load_run, run_cli
 from tests.support.scripted_server import serve_openai
 
 SCRIPT = "tests.support.gsm8k_script:answer"

@@ -14,7 +14,7 @@ import pytest
 
 from sglang_overlay_gsm8k import client, report
 from sglang_overlay_gsm8k.cli import main
-from tests.conftest import GSM8K_DIR
+from tests.support.env import GSM8K_DIR
 
 QUESTIONS = [json.loads(line)["question"] for line in (GSM8K_DIR / "test.jsonl").read_text().splitlines()]
 # question index -> (what the model wrote, the prediction the record must hold)

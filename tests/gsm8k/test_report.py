@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from sglang_overlay_gsm8k import data, journal, render, report
 from sglang_overlay_gsm8k.client import Outcome
-from tests.conftest import GSM8K_DIR
+from tests.support.env import GSM8K_DIR
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ from sglang_overlay_gsm8k.scoring import (
     gold_answer,
     same_number,
 )
-from tests.conftest import GSM8K_DIR, full_gsm8k_dir
 from tests.gsm8k.full_splits import needs_full_gsm8k
+from tests.support.env import GSM8K_DIR, full_gsm8k_dir
 
 
 def _rows(directory, split):

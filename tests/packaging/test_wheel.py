@@ -21,8 +21,8 @@ import pytest
 
 from sglang_overlay.core.process_hook import PTH_LINE, PTH_NAME
 from sglang_overlay.version import __version__
-from tests.conftest import REPO
 from tests.support.checkout import copy_checkout
+from tests.support.env import REPO
 
 pytestmark = pytest.mark.ci_slow
 

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 
 def git(root: Path, *args: str) -> str:

@@ -9,7 +9,7 @@ import importlib.util
 import subprocess
 import sys
 
-from tests.conftest import REPO, subprocess_env
+from tests.support.env import REPO, subprocess_env
 
 BENCH = REPO / "scripts" / "bench_owner_lanes.py"
 CAPACITY = REPO / "scripts" / "bench_capacity.py"

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.conftest import REPO, overlay_cwd, subprocess_env
+from tests.support.env import REPO, overlay_cwd, subprocess_env
 
 VENV_BIN = Path(sys.executable).parent
 

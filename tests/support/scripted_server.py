@@ -1,7 +1,7 @@
 """A scripted OpenAI server for tests: upstream's own HTTP routes, a scripted model.
 
 The server process (``python -m tests.support.scripted_server --script pkg.mod:fn``)
-serves upstream SGLang 0.5.20's FastAPI ``app`` from ``entrypoints/http_server.py``
+serves the installed upstream SGLang's FastAPI ``app`` from ``entrypoints/http_server.py``
 (its ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models`` routes, with
 ``OpenAIServingChat`` / ``OpenAIServingCompletion`` installed on ``app.state`` the
 way upstream's lifespan does) with uvicorn on 127.0.0.1. The overlay enters through

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 
 @pytest.fixture(scope="module")

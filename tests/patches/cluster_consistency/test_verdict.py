@@ -15,7 +15,7 @@ from sglang_overlay.errors import OverlayError
 from sglang_overlay.patches.cluster_consistency import exchange
 from sglang_overlay.patches.cluster_consistency.state import local_state
 from sglang_overlay.patches.cluster_consistency.verdict import arrival, judge
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 MINE = local_state(0)
 _BENCH = importlib.util.spec_from_file_location("bench_cluster_check", REPO / "scripts" / "bench_cluster_check.py")

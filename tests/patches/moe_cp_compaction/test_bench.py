@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, subprocess_env
+from tests.support.env import REPO, subprocess_env
 
 
 @pytest.mark.ci_slow

@@ -10,7 +10,8 @@ through the real plugin path (``SGLANG_OVERLAY_DISABLE`` applies), and drives up
 (``_handle_batch_output``) or by the scheduler's abort echo (``_handle_abort_req``). After each
 request has settled (the release ``_handle_batch_output`` schedules as a task included) it records
 what the request left on the adapter's usage count: 0 when it released its reference exactly once.
-Prints one JSON object: ``{"<key>/<via>/<stream|non_stream>": {"count": int, "outcome": str}}``.
+Prints one JSON object: ``{"<key>/<via>/<stream|non_stream>": {"count": int, "outcome": str}}``;
+:func:`run_accounting` is the tests' side (it runs this module and reads that line).
 """
 
 from __future__ import annotations
@@ -20,6 +21,24 @@ import json
 
 ADAPTER = "adapter"
 FINISHED = "finished"  # no abort: the request finishes normally
+VIAS = ("output", "abort_req")
+MODES = ("non_stream", "stream")
+
+
+def run_accounting(**env) -> dict:
+    """Run this module in a fresh interpreter (the overlay under test, ``env`` added); its one JSON line."""
+    import subprocess
+    import sys
+
+    from tests.support.env import REPO, subprocess_env
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.patches.openai_abort_status.lora_accounting"],
+        env=subprocess_env(**env), cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("LORA-ACCOUNTING ")]
+    return json.loads(line[len("LORA-ACCOUNTING ") :])
 
 
 def cases() -> list[tuple[str, str, bool]]:

@@ -9,19 +9,12 @@ none. The expectations are written out by hand.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import REPO, subprocess_env
+from tests.patches.openai_abort_status.lora_accounting import MODES, VIAS, run_accounting
 from tests.support.abort_scripts import ABORT_CODES, BAD_REQUEST_KEYS
 
 pytestmark = pytest.mark.ci_slow  # the LoRA driver in fresh processes
-
-VIAS = ("output", "abort_req")
-MODES = ("non_stream", "stream")
 
 # What the request ends with, per abort code (both ways an abort can finish a request).
 ERROR_STATUS = {
@@ -30,16 +23,6 @@ ERROR_STATUS = {
     "str_abc": 500, "unconvertible": 500, "unknown_599": 500, "zero": 500,
 }  # fmt: skip
 BAD_REQUEST = BAD_REQUEST_KEYS  # upstream's ValueError path, kept
-
-
-def run_accounting(**env) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.patches.openai_abort_status.lora_accounting"],
-        env=subprocess_env(**env), cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("LORA-ACCOUNTING ")]
-    return json.loads(line[len("LORA-ACCOUNTING ") :])
 
 
 @pytest.fixture(scope="module")

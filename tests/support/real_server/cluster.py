@@ -21,7 +21,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import overlay_cwd
+from tests.support.env import overlay_cwd
 from tests.support.real_server.model import build_tiny_model
 from tests.support.real_server.server import RealServer, ServerConfig, free_port, start_server
 

@@ -1,4 +1,4 @@
-"""Launch a real SGLang 0.5.20 server on the CPU (127.0.0.1, a free port), wait until it serves, stop it whole.
+"""Launch a real SGLang server (the installed pin) on the CPU (127.0.0.1, a free port), wait until it serves, stop it whole.
 
 Usage (a context manager; ``tests/e2e/conftest.py`` wraps it in fixtures, ``scripts/demo.py`` reuses it)::
 
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import overlay_cwd, overlay_path, subprocess_env
+from tests.support.env import overlay_cwd, overlay_path, subprocess_env
 from tests.support.real_server.model import build_tiny_model
 
 STANDINS = Path(__file__).resolve().parent / "standins"

@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 
 def load_bench():

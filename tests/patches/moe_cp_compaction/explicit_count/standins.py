@@ -17,7 +17,9 @@ from contextlib import contextmanager
 
 import torch
 
-from tests.support.moe_standins import ExpertsStandIn, MoeShape, Recorder, expert_location_metadata
+from sglang_overlay.patches.moe_cp_compaction.batch_layout import attach_layout
+from sglang_overlay.patches.moe_cp_compaction.producers import lane_slot_layout, lane_slot_tokens
+from tests.support.moe_standins import ExpertsStandIn, MoeShape, Recorder, expert_location_metadata, make_forward_batch
 from tests.support.runtime import publish_cpu_runtime
 
 
@@ -135,3 +137,18 @@ def build_deepseek_moe(
     if recorder is not None:
         recorder.attach(moe)
     return moe, recorder
+
+
+def lane_slot_case(env, lens, n, r, seed=0):
+    """Rank r's padded rows (dummy rows hold large garbage), the layout, the batch tokens."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = MoeShape().hidden
+    tokens_x = torch.randn(sum(lens), hidden, generator=g)
+    tok = lane_slot_tokens(lens, n, r)
+    local = torch.randn(tok.numel(), hidden, generator=g) * 100
+    local[tok >= 0] = tokens_x[tok[tok >= 0]]
+    layout = lane_slot_layout(lens, n, r)
+    # what upstream would pass: the rank's whole row count (no suffix is padding here)
+    batch = make_forward_batch(lens, tok.numel())
+    attach_layout(batch, layout)
+    return local, layout, batch, tokens_x[tok[tok >= 0]]

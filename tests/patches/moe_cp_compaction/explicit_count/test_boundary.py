@@ -14,25 +14,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from sglang_overlay.patches.moe_cp_compaction.batch_layout import attach_layout, layout_of
 from sglang_overlay.patches.moe_cp_compaction.errors import MoeCompactionError
 from sglang_overlay.patches.moe_cp_compaction.producers import lane_slot_layout, lane_slot_tokens
-from tests.patches.moe_cp_compaction.explicit_count.standins import build_deepseek_moe
+from tests.patches.moe_cp_compaction.explicit_count.standins import build_deepseek_moe, lane_slot_case
 from tests.support.moe_standins import MoeShape, make_forward_batch, reference_moe
 
 HIDDEN = MoeShape().hidden
 TOL = dict(rtol=1e-5, atol=1e-5)
-
-
-def lane_slot_case(env, lens, n, r, seed=0):
-    """Rank r's padded rows (dummy rows hold large garbage), the layout, the batch tokens."""
-    g = torch.Generator().manual_seed(seed)
-    tokens_x = torch.randn(sum(lens), HIDDEN, generator=g)
-    tok = lane_slot_tokens(lens, n, r)
-    local = torch.randn(tok.numel(), HIDDEN, generator=g) * 100
-    local[tok >= 0] = tokens_x[tok[tok >= 0]]
-    layout = lane_slot_layout(lens, n, r)
-    # what upstream would pass: the rank's whole row count (no suffix is padding here)
-    batch = make_forward_batch(lens, tok.numel())
-    attach_layout(batch, layout)
-    return local, layout, batch, tokens_x[tok[tok >= 0]]
 
 
 def reset(env):
@@ -379,7 +365,7 @@ def test_the_plugin_path_hooks_the_boundary_when_the_model_module_is_imported():
     import subprocess
     import sys
 
-    from tests.conftest import REPO, subprocess_env
+    from tests.support.env import REPO, subprocess_env
 
     code = (
         "from sglang.srt.plugins import load_plugins\n"

@@ -17,7 +17,7 @@ import torch
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.patches.moe_cp_compaction.errors import MoeCompactionError
 from sglang_overlay.patches.moe_cp_compaction.explicit_count.startup import refuse_unsupported_at_startup
-from tests.patches.moe_cp_compaction.explicit_count.test_boundary import lane_slot_case
+from tests.patches.moe_cp_compaction.explicit_count.standins import lane_slot_case
 from tests.support.moe_standins import deepep_backend_selected, make_forward_batch
 
 HEAD = "patch 'moe-cp-compaction' cannot keep CP dummy rows out of sparse MoE in layer 1: "

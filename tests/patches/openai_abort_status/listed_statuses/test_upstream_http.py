@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.patches.openai_abort_status.test_http import ENDPOINTS, SCRIPT, call, errors, finish_reasons, ok_stream
+from tests.patches.openai_abort_status.http_cases import ENDPOINTS, SCRIPT, call, errors, finish_reasons, ok_stream
 from tests.support.scripted_server import serve_openai
 
 pytestmark = pytest.mark.ci_slow  # upstream's HTTP server in a fresh process

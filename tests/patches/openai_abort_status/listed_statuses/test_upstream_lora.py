@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.patches.openai_abort_status.test_lora_release import MODES, run_accounting
+from tests.patches.openai_abort_status.lora_accounting import MODES, run_accounting
 
 pytestmark = pytest.mark.ci_slow  # the LoRA driver in a fresh process
 
