@@ -7,7 +7,8 @@ is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
 - ``lint``: ruff (lint and format), the core's layering (import-linter contracts in pyproject.toml) and the
   README's generated tables, with the default pin's environment's tools.
 - ``tiers(pin)``: the pin's environment as ``scripts/apply_patches.sh`` builds it (Python 3.11; the default pin's
-  is the README's ``.venv``, reused when present), ``lock --check``, and the tiers that prove something on that
+  is the README's ``.venv``, reused when present; an older pin's is rebuilt unless ``-- --reuse``, which
+  ``.ci/run`` passes after building it), ``lock --check``, and the tiers that prove something on that
   pin. The default pin: ``ci_slow`` whole, and every real-server module that does not depend on how the overlay
   was installed (both launchers, the abort matrix, the GSM8K runner and its A/B against pristine upstream, the
   fuzz, HiCache, ``--tp-size 2`` and two nodes on loopback; the launchers' servers are the abort matrix's too). An older
@@ -88,7 +89,9 @@ def lint(session: nox.Session) -> None:
 def tiers(session: nox.Session, pin: str) -> None:
     """One pin's environment from the project's script, its checks and its tiers."""
     venv = _venv(pin)
-    if pin != DEFAULT or not (venv / "bin" / "sglang-overlay").exists() or "--fresh" in session.posargs:
+    built = (venv / "bin" / "sglang-overlay").exists()
+    reuse = pin == DEFAULT or "--reuse" in session.posargs  # .ci/run builds every environment before the streams
+    if not (built and reuse) or "--fresh" in session.posargs:
         shutil.rmtree(venv, ignore_errors=True)
         session.run(str(REPO / "scripts" / "apply_patches.sh"), "--upstream", pin, external=True)
     python, overlay = str(venv / "bin" / "python"), str(venv / "bin" / "sglang-overlay")
