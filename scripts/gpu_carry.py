@@ -67,6 +67,8 @@ DEVICE_IMAGE = frozenset(
 # the project files whose sglang imports the check reaches (their closure is carried)
 CHECK_FILES = (
     "scripts/bench_moe_compaction.py",
+    "scripts/moe_compaction/boundary.py",
+    "scripts/moe_compaction/full.py",
     "scripts/bench_owner_lanes.py",
     "scripts/bench_capacity.py",
     "scripts/owner_lanes/unified.py",

@@ -41,5 +41,5 @@ def test_the_installed_releases_folder_is_mutated_with_its_tests(mutation_test, 
 
 def test_an_undeclared_release_folder_is_refused(mutation_test):
     declared = mutation_test.DECLARED["moe"]
-    with pytest.raises(SystemExit, match="is not declared in scripts/mutation_test.py"):
+    with pytest.raises(SystemExit, match="is not declared in scripts/mutation_targets.py"):
         mutation_test.resolve(replace(declared, releases={}), installed_sglang_version())
