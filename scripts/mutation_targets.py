@@ -41,7 +41,7 @@ DECLARED = {
     "moe": Declared(
         "moe-cp-compaction",
         modules=("layout", "producers", "batch_layout", "rows", "boundary"),
-        tests=("test_layout.py", "test_boundary.py"),
+        tests=("test_layout.py", "test_batch_layout.py", "test_boundary.py"),
         releases={"explicit_count": (("forward",), ("test_boundary.py", "test_startup.py")),
                   "forward_context": (("forward",), ("test_boundary.py", "test_startup.py"))},
         deselect="not the_plugin_path_hooks_the_boundary",  # a fresh interpreter per mutant, hooking only

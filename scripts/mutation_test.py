@@ -109,7 +109,11 @@ def mutmut(workdir: Path, *args: str, timeout: float | None = None) -> subproces
 
 
 def run_mutmut(workdir: Path, name: str, argv: list[str], timeout: float) -> None:
-    proc = mutmut(workdir, *argv, timeout=timeout)
+    try:
+        proc = mutmut(workdir, *argv, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"mutmut run for {name} passed --timeout ({timeout:g} s); the verdicts so far are kept in "
+                         f"{workdir}: run again with --resume (and a larger --timeout) to finish") from None  # fmt: skip
     with open(workdir / "mutmut-run.log", "a") as log:
         log.write(f"$ mutmut {' '.join(argv[:3])} ...\n{proc.stdout}\n--- stderr ---\n{proc.stderr}\n")
     if proc.returncode != 0:

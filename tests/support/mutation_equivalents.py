@@ -25,7 +25,7 @@ _UNUSED_ARGUMENT = (
     "is_stream; the mutant passes None where upstream does not look"
 )
 
-_MOE_BOUNDARY = "sglang_overlay.patches.moe_cp_compaction.boundary"  # run_on_valid_rows: renumber on the next run
+_MOE_BOUNDARY = "sglang_overlay.patches.moe_cp_compaction.boundary"
 _MOE_PRODUCERS = "sglang_overlay.patches.moe_cp_compaction.producers"
 _MOE_LAYOUT = "sglang_overlay.patches.moe_cp_compaction.layout"
 _MOE_DEVICE_TENSORS = f"{_MOE_LAYOUT}.x\u01c1ComputePaddingLayout\u01c1device_tensors"
@@ -44,7 +44,8 @@ _REPEAT_INTERLEAVE_INDICES = (
     "repeat_interleave(arange(len(repeats)), repeats): the same request index per slot"
 )
 _IS_HASH_ALWAYS_SET = (
-    "upstream 0.5.20's DeepseekV2MoE.__init__ always sets self.is_hash (a bool), so the getattr default is never used"
+    "upstream's DeepseekV2MoE.__init__ always sets self.is_hash, a bool (deepseek_v2.py:595 on 0.5.20, :712 on "
+    "0.5.23), so the getattr default is never read (and a default of None is as falsy as False)"
 )
 _CPU_TO_CPU_COPY = (
     "a CPU target then takes the copy branch: no pinning (its type is not 'cuda') and "
@@ -167,10 +168,10 @@ EQUIVALENT: dict[str, str] = {
     f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_15": _UNUSED_ARGUMENT,  # non-abort: is_stream=None
     f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_32": _UNUSED_ARGUMENT,  # graceful/400: self=None
     f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_34": _UNUSED_ARGUMENT,  # graceful/400: state=None
-    f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_3": _NONE_BATCH_FAST_PATH,  # guard 'or True'
-    f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_53": _IS_HASH_ALWAYS_SET,  # default None
-    f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_56": _IS_HASH_ALWAYS_SET,  # no default
-    f"{_MOE_BOUNDARY}.x_forward_deepep__mutmut_59": _IS_HASH_ALWAYS_SET,  # default True
+    f"{_MOE_BOUNDARY}.x_run_on_valid_rows__mutmut_3": _NONE_BATCH_FAST_PATH,  # guard 'or True'
+    f"{_MOE_BOUNDARY}.x_run_on_valid_rows__mutmut_53": _IS_HASH_ALWAYS_SET,  # default None
+    f"{_MOE_BOUNDARY}.x_run_on_valid_rows__mutmut_56": _IS_HASH_ALWAYS_SET,  # no default
+    f"{_MOE_BOUNDARY}.x_run_on_valid_rows__mutmut_59": _IS_HASH_ALWAYS_SET,  # default True
     f"{_MOE_LAYOUT_INIT}__mutmut_27": _ONE_ROW_IS_INCREASING,  # numel() >= 1
     f"{_MOE_PRODUCERS}.x_lane_slot_tokens__mutmut_26": _REPEAT_INTERLEAVE_INDICES,  # repeat_interleave(slots)
     f"{_MOE_DEVICE_TENSORS}__mutmut_13": _CPU_TO_CPU_COPY,  # device.type != "XXcpuXX"
@@ -216,3 +217,54 @@ EQUIVALENT: dict[str, str] = {
     f"{_HC}.hiradix.allocation.x_chain_metas__mutmut_19": _FOR_CHAIN_SAME_BASE,
     f"{_HC_LOAD_BACK}__mutmut_45": _ROOT_LAST_LOC,
 }
+
+# ---- cp-hicache-owner-lanes on 0.5.23 (unified/): sglang 0.5.23 source lines cited
+_UN = f"{_HC}.unified"
+_KEYWORD_ONLY = (
+    "upstream's UnifiedRadixCache._load_back_transfers is keyword-only (unified_radix_cache.py:1857-1860, "
+    "'self, *, node_id'), so the hook's *args is always empty and dropping it changes no call"
+)
+_AVAILABLE_FIRST = (
+    "upstream's _load_back_transfers reads _component_available_size(FULL) (unified_radix_cache.py:1901) "
+    "before its only evict_for_alloc call (:1904), so the gate has always decided by then: the shadow's "
+    "pre-decision branch (the saved evict_for_alloc, its arguments) never runs inside a load"
+)
+_SHADOW_ALWAYS_SET = (
+    "the key was set on the instance earlier in the same call (LaneGate.__enter__, or the line before "
+    "the try in execute_kv_backup_hook), so pop without a default never meets a missing key"
+)
+_PLANNED_NONE_IS_FALSE = "record_capacity tests 'if planned:'; None and False take the same branch"
+_STATE_LATER_CHECKS = (
+    "both halves of the guard are re-checked below: a None cache has no tree_core (None returned), and a "
+    "cache's LaneState names its own interleaved allocator, so any other allocator fails "
+    "'state.allocator is not allocator'"
+)
+_SAME_TREE_VIEW = (
+    "plan_lanes builds TreeView(cache.tree_core, state.priority, N, page) when tree is None: the same view"
+)
+_HOST_POOL_FOUND = (
+    "host_free_per_lane is reached only through lanes_have_room, after _host_group found a "
+    "PageInterleaveHostPool at cache_controller.mem_pool_host.anchor_entry.host_pool: every getattr "
+    "finds its attribute (and class_free_page_counts), so the defaults are never used"
+)
+_FALLBACK_UNREACHABLE = (
+    "unreachable on 0.5.23: a page-interleaved KV pool always gets a PageInterleaveHostPool "
+    "(hybrid_pool_assembler.py:234-235), whose alloc asserts a start owner (pool_host/page_interleave.py:75), "
+    "which rotation_phase_of gives only for a node with a rotation_base; so every host-resident top node "
+    "has owner metadata and lane_need never reads the host slot"
+)
+EQUIVALENT.update(
+    {
+        **{f"{_UN}.gate.x_load_back_transfers_hook__mutmut_{n}": _KEYWORD_ONLY for n in (6, 20)},
+        f"{_UN}.gate.x\u01c1LaneGate\u01c1__enter____mutmut_12": _AVAILABLE_FIRST,
+        **{f"{_UN}.gate.x\u01c1LaneGate\u01c1evict_for_alloc__mutmut_{n}": _AVAILABLE_FIRST for n in (2, 3, 4)},
+        f"{_UN}.gate.x\u01c1LaneGate\u01c1__exit____mutmut_5": _SHADOW_ALWAYS_SET,
+        f"{_UN}.host_backup.x_execute_kv_backup_hook__mutmut_55": _SHADOW_ALWAYS_SET,
+        f"{_UN}.capacity.x_evict_to_free_tokens_hook__mutmut_39": _PLANNED_NONE_IS_FALSE,
+        f"{_UN}.capacity.x__state__mutmut_1": _STATE_LATER_CHECKS,
+        **{f"{_UN}.planning.x_plan_load_back__mutmut_{n}": _SAME_TREE_VIEW for n in (25, 30)},
+        **{f"{_UN}.host_backup.x__kv_host_pool__mutmut_{n}": _HOST_POOL_FOUND for n in (6, 14, 22, 29)},
+        **{f"{_UN}.host_backup.x_host_free_per_lane__mutmut_{n}": _HOST_POOL_FOUND for n in (6, 15, 18)},
+        **{f"{_UN}.planning.x_lane_need__mutmut_{n}": _FALLBACK_UNREACHABLE for n in (14, 15, 16, 17, 18, 19)},
+    }
+)

@@ -25,6 +25,8 @@ def test_metadata_closed_form_and_split(n, first, start, pages, data):
         explicit[(first + p) % n] += 1
     assert meta.owner_counts() == tuple(explicit)
     assert meta.rotation_base == (first - start) % n
+    base = meta.rotation_base
+    assert md.CpHiCacheNodeMetadata.for_chain(n, base, start, pages) == meta  # a node at position-page start
     for d in [d for d in range(1, n + 1) if n % d == 0]:
         folded = [0] * d
         for p in range(pages):

@@ -28,6 +28,7 @@ class Upstream:
         self.calls.append(
             dict(
                 rows=hidden_states.clone(),
+                batch=forward_batch,
                 count=forward_batch and forward_batch.num_token_non_padded,
                 ids=input_ids_global,
             )
@@ -55,11 +56,13 @@ def test_dummy_rows_never_reach_upstream_and_come_back_as_zeros():
 
 
 def test_without_a_layout_or_dummy_rows_upstream_runs_unchanged():
-    x = torch.ones(4, 2)
+    """Upstream gets the very batch and hash-routing ids it was called with (a hash layer: nothing compacted)."""
+    x, ids, hash_layer = torch.ones(4, 2), torch.arange(4), SimpleNamespace(is_hash=True)
     for batch in (None, SimpleNamespace(num_token_non_padded=None), batch_with(lane_slot_layout([4], 1, 0))):
         upstream = Upstream()
-        assert torch.equal(run_on_valid_rows(upstream, None, x, batch), x * 2)
-        assert upstream.calls[0]["rows"].shape == (4, 2)
+        assert torch.equal(run_on_valid_rows(upstream, hash_layer, x, batch, input_ids_global=ids), x * 2)
+        call = upstream.calls[0]
+        assert call["rows"].shape == (4, 2) and call["batch"] is batch and call["ids"] is ids
 
 
 def test_count_scope_wraps_only_the_compact_call_and_a_none_count_stays_none():
@@ -87,6 +90,24 @@ def test_hash_routing_ids_are_compacted_in_step_and_the_count_is_restored_when_u
             upstream, SimpleNamespace(is_hash=True), torch.ones(6, 2), batch, input_ids_global=torch.arange(6)
         )
     assert upstream.calls[0]["ids"].tolist() == [0, 1, 3, 4] and batch.num_token_non_padded is saved
+
+
+def test_hash_routing_ids_are_compacted_only_for_a_hash_layer_that_has_them():
+    """A layer without hash routing gets the ids as given (DeepSeek-V4 passes the batch's ids to every layer,
+    not this rank's rows); a hash layer called without ids gets none."""
+    layout, ids = lane_slot_layout([5, 2, 3], 2, 1), torch.arange(10)
+    for layer, given, seen in ((SimpleNamespace(is_hash=False), ids, ids), (SimpleNamespace(is_hash=True), None, None)):
+        upstream = Upstream()
+        run_on_valid_rows(upstream, layer, torch.ones(6, 2), batch_with(layout), input_ids_global=given)
+        assert upstream.calls[0]["ids"] is seen and upstream.calls[0]["rows"].shape == (4, 2)
+
+
+def test_hash_routing_ids_of_another_row_count_fail_loudly_by_name():
+    with pytest.raises(MoeCompactionError, match="^moe-cp-compaction: input_ids_global has 10 rows but the forward"):
+        run_on_valid_rows(
+            Upstream(), SimpleNamespace(is_hash=True), torch.ones(6, 2), batch_with(lane_slot_layout([5, 2, 3], 2, 1)),
+            input_ids_global=torch.arange(10),
+        )  # fmt: skip
 
 
 def test_rows_that_are_not_the_layouts_fail_loudly():

@@ -58,6 +58,8 @@ def test_lane_slot_diagram_of_the_module_docstring():
     assert lane_slot_tokens([5, 2, 3], 2, 0).tolist() == [0, 2, 4, 5, 7, 9]
     assert lane_slot_tokens([5, 2, 3], 2, 1).tolist() == [1, 3, -1, 6, 8, -1]
     assert lane_slot_layout([5, 2, 3], 2, 1).row_indices().tolist() == [0, 1, 3, 4]
+    mask = lane_slot_layout([5, 2, 3], 2, 1).valid_mask()
+    assert mask.dtype == torch.bool and mask.tolist() == [True, True, False, True, True, False]
 
 
 def test_a_request_without_tokens_takes_no_slot():

@@ -194,6 +194,7 @@ class Harness:
         real_metrics = self.cache.update_eviction_metrics
 
         def counting_metrics(num_evicted, start_time):
+            assert isinstance(start_time, float), start_time  # upstream's metrics subtract it from perf_counter()
             self.evicted_tokens += num_evicted
             return real_metrics(num_evicted, start_time)
 

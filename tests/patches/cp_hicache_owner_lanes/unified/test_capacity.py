@@ -12,12 +12,14 @@ fail (failing-first evidence).
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
+from sglang_overlay.patches.cp_hicache_owner_lanes.report import logger
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified import capacity as cap
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import plan_lanes
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
@@ -70,13 +72,13 @@ def run_both(build, num_tokens, call=None):
     return results[0], results[1], h
 
 
-def lane0_newest(write_policy="write_through"):
+def lane0_newest(write_policy="write_through", ps=4):
     """Seven one-page leaves: lanes 1, 2, 3 twice (least recently used), then lane 0; lane 0 drained."""
-    h = Harness(write_policy=write_policy)
+    h = Harness(write_policy=write_policy, ps=ps)
     for lane in (1, 2, 3, 1, 2, 3, 0):
         h.chain(lane, 1)
     h.hold(0, h.alloc.class_free_page_counts()[0])
-    assert h.alloc.class_free_page_counts()[0] == 0 and h.cache.full_evictable_size() == 28
+    assert h.alloc.class_free_page_counts()[0] == 0 and h.cache.full_evictable_size() == 7 * ps
     return h
 
 
@@ -91,7 +93,7 @@ def test_prefill_capacity_evicts_only_the_short_lane(policy):
     assert mine["admitted"] and mine["evicted"] == 4 and mine["evictable"] == 24
     assert mine["free"][1:] == [f - 2 for f in theirs["free"][1:]]  # lanes 1-3 keep their two leaves each
     counters = counters_of(h.cache)
-    assert counters.capacity_plans == 1 and counters.capacity_fallbacks == 0
+    assert counters.capacity_plans == 1 and counters.capacity_fallbacks == 0 and counters.warnings == {}
     assert counters.pages_evicted_per_lane == [1, 0, 0, 0] and counters.leaves_evicted == 1
     if policy == "write_back":
         host_only = [x for x in h.tree.root_node.children.values() if x.evicted]
@@ -189,9 +191,16 @@ def test_other_callers_and_arguments_pass_through():
 
     assert cap.evict_to_free_tokens_hook(original, h.alloc, None, 16) == "upstream"  # no tree cache
     assert cap.evict_to_free_tokens_hook(original, h.alloc, h.cache, 16, "future") == "upstream"
+    assert cap.evict_to_free_tokens_hook(original, h.alloc, h.cache, 16, future=1) == "upstream"
     other = Harness(interleaved=False)
     assert cap.evict_to_free_tokens_hook(original, h.alloc, other.cache, 16) == "upstream"  # not its allocator
-    assert len(calls) == 3 and h.evicted_tokens == 0
+    assert calls == [
+        (h.alloc, (None, 16), {}),
+        (h.alloc, (h.cache, 16, "future"), {}),
+        (h.alloc, (h.cache, 16), {"future": 1}),
+        (h.alloc, (other.cache, 16), {}),
+    ]
+    assert h.evicted_tokens == 0
 
 
 def busy(rng, short, leaves=30):
@@ -231,3 +240,66 @@ def test_same_admission_as_upstream_and_never_more_evicted(seed, short, pages_pe
     if counters.capacity_plans:
         assert mine["admitted"]
         assert all(m <= t for m, t in zip(mine["free"], theirs["free"]))  # never freed a lane beyond upstream
+
+
+def protocol(h, log):
+    """Record the write-back steps upstream's ``_evict_components`` takes per victim, with their
+    ``write_back`` argument and result, on this cache (instance attributes over the real methods)."""
+    for name in ("_execute_and_commit_kv_backup", "writing_check", "_demote", "_drop_subtree_no_host"):
+        real = getattr(h.cache, name)
+
+        def step(*args, _real=real, _name=name, **kwargs):
+            result = _real(*args, **kwargs)
+            log.append((_name, kwargs.get("write_back"), result))
+            return result
+
+        setattr(h.cache, name, step)
+
+
+def hold_every_host_page(h):
+    """Host memory pressure: every host page held outside the tree (nothing on host to evict)."""
+    slots = h.cc.mem_pool_host.anchor_entry.host_pool._slots
+    for lane, pages in enumerate(slots.class_free_page_counts()):
+        for _ in range(pages):
+            assert slots.alloc_cyclic(start_class=lane, need_size=h.ps) is not None
+    assert slots.class_free_page_counts() == [0] * h.n
+
+
+@pytest.mark.parametrize("ps", [4, 1])
+@pytest.mark.parametrize("host_full", [False, True])
+def test_write_back_victims_take_upstreams_deferred_demote_steps(host_full, ps, caplog):
+    """One victim, on write-back: the planned eviction takes the steps upstream's own eviction takes for
+    one victim, with the same arguments and results (backup with write_back=True, a blocking
+    writing_check, then demote; under host pressure the backup writes nothing and the subtree is
+    dropped, with upstream's warning), and reports the tokens to upstream's eviction metrics."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    steps = []
+    for through_hook in (False, True):
+        h = lane0_newest("write_back", ps=ps)
+        if host_full:
+            hold_every_host_page(h)
+        log = []
+        protocol(h, log)
+        with caplog.at_level("WARNING"), caplog.at_level("WARNING", logger=logger.name):
+            if through_hook:
+                h.alloc.evict_to_free_tokens(h.cache, 4 * ps)
+            else:
+                h.cache.evict(EvictParams(num_tokens=ps))  # upstream: its LRU leaf (lane 1)
+        steps.append(log)
+        assert h.evicted_tokens == ps and (h.alloc.available_size() >= 4 * ps) == through_hook
+    assert steps[0] == steps[1]
+    if host_full:
+        victim = [("_execute_and_commit_kv_backup", True, 0), ("_drop_subtree_no_host", None, True)]
+    else:
+        victim = [("_execute_and_commit_kv_backup", True, ps), ("writing_check", True, None), ("_demote", None, None)]
+    assert steps[1] == victim + [("writing_check", True, None)]
+    dropped = [r.getMessage() for r in caplog.records if "dropped without backup" in r.getMessage()]
+    assert len(dropped) == (2 if host_full else 0)
+    if host_full:
+        (mine,) = [m for m in dropped if m.endswith("(owner-lane eviction)")]
+        assert re.fullmatch(
+            r"write_back: KV subtree dropped without backup due to host memory pressure, root node \d+ "
+            r"\(owner-lane eviction\)",
+            mine,
+        )

@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from sglang_overlay.patches.cp_hicache_owner_lanes.counters import counters_of
 from sglang_overlay.patches.cp_hicache_owner_lanes.report import logger
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified import gate as gate_module
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.gate import load_back_transfers_hook
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import evicted_segment, plan_load_back
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
@@ -146,6 +147,9 @@ def test_short_lane_evicts_only_units_holding_it(policy, eviction):
     assert any(torch.equal(kept, v) for v in resident)
     assert len(resident) == 8  # the 7 other leaves and the loaded chain
     assert (state_of(h.cache).leaf_index(h.tree) is None) == (eviction == "mru")
+    counters = counters_of(h.cache)
+    assert counters.pages_evicted_per_lane == [0, 0, 1, 0] and counters.leaves_evicted == 1
+    assert counters.warnings == {} and counters.load_backs == 1  # freed what it planned: nothing to report
     if policy == "write_back":
         assert h.match(victim).host_hit_length == h.ps  # backed up before it left the device
 
@@ -183,20 +187,34 @@ def test_child_then_parent_chain():
 
 
 def test_slow_plan_and_refusal_are_counted(monkeypatch, caplog):
-    """A plan slower than the knob warns once (here: any plan, the knob at 0 ms); a refusal is
-    counted and logged at debug level only."""
-    monkeypatch.setenv("SGLANG_OVERLAY_OWNER_LANE_SLOW_PLAN_MS", "0")
+    """A plan slower than the knob warns once, with its duration (a fake clock in the gate: 5 ms against a
+    2 ms knob); a refusal is counted and logged at debug level only."""
+    import types
+
+    monkeypatch.setenv("SGLANG_OVERLAY_OWNER_LANE_SLOW_PLAN_MS", "2")
+    monkeypatch.setattr(gate_module, "time", types.SimpleNamespace(perf_counter=iter([10.0, 10.005]).__next__))
     h = Harness()
     keys, _ = h.chain(0, 3)  # needs lanes 0, 1, 2
     node = h.to_host(keys)
     h.chain(1, 3)
     h.hold(0, h.alloc.class_free_page_counts()[0])
-    with caplog.at_level("INFO", logger=logger.name):
+    with caplog.at_level("DEBUG", logger=logger.name):
         assert h.load(node) == (False, 0)
     counters = counters_of(h.cache)
     assert counters.warnings == {"slow_plan": 1, "deficit_remains": 1} and counters.refused == 1
-    assert [r.levelname for r in caplog.records] == ["WARNING"]
-    assert "planning took" in caplog.records[0].getMessage() and "need=[1,1,1,0]" in caplog.records[0].getMessage()
+    assert counters.last_plan_ms == pytest.approx(5.0, abs=1e-9)
+    mine = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == logger.name]
+    assert mine == [
+        (
+            "WARNING",
+            f"owner-lane load-back: node {node}, planning took 5.00 ms > 2.00 ms (1 nodes scanned); "
+            "need=[1,1,1,0] free=[0,5,5,5] deficit=[1,0,0,0]",
+        ),
+        (
+            "DEBUG",
+            f"owner-lane load-back: node {node} refused, nothing evicted; need=[1,1,1,0] free=[0,5,5,5] uncovered=[1,0,0,0]",
+        ),
+    ]
 
 
 # --------------------------------------------------------------------------- need oracle, tensor work
@@ -510,3 +528,43 @@ LoadBackMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestLoadBackMachine = LoadBackMachine.TestCase
+
+
+# --------------------------------------------------------------------------- the shadows, the need's edges
+
+
+def test_the_shadows_are_put_back_and_an_earlier_instance_attribute_survives():
+    """After a gated load neither shadow stays on the instance; an instance attribute that was there
+    before (another hook's, a test's) is what the gate reads and what is there afterwards."""
+    h = Harness()
+    keys, _ = h.chain(0, 3)
+    node = h.to_host(keys)
+    assert h.load(node)[0]
+    assert "_component_available_size" not in vars(h.cache) and "evict_for_alloc" not in vars(h.cache)
+
+    h = Harness()
+    keys, _ = h.chain(0, 3)
+    node = h.to_host(keys)
+    reads = []
+    real = h.cache._component_available_size
+
+    def earlier_available(component_type):
+        reads.append(component_type)
+        return real(component_type)
+
+    def earlier_evict(params, **kwargs):
+        raise AssertionError("the gate decided: upstream's eviction must not run")
+
+    vars(h.cache).update(_component_available_size=earlier_available, evict_for_alloc=earlier_evict)
+    assert h.load(node)[0]
+    assert vars(h.cache)["_component_available_size"] is earlier_available and reads
+    assert vars(h.cache)["evict_for_alloc"] is earlier_evict
+
+
+def test_lane_need_of_nothing_to_load_is_zero_in_every_lane():
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import lane_need
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.tree_view import TreeView
+
+    h = Harness(n=3, ps=2)
+    state = state_of(h.cache)
+    assert lane_need(TreeView(h.tree, state.priority, 3, 2), []) == (0, [0, 0, 0])

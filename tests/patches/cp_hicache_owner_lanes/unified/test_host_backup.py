@@ -130,11 +130,11 @@ def test_plain_pools_and_raising_calls_keep_upstreams_gate():
     calls = []
 
     def original(self, *args, **kwargs):
-        calls.append(args)
+        calls.append((self, args, kwargs))
         return "upstream"
 
-    assert hb.execute_kv_backup_hook(original, h.cache, 1, [0] * 4, {}, []) == "upstream"
-    assert hb._host_group(h.cache) is None and len(calls) == 1
+    assert hb.execute_kv_backup_hook(original, h.cache, 1, [0] * 4, {}, [], future=1) == "upstream"
+    assert hb._host_group(h.cache) is None and calls == [(h.cache, (1, [0] * 4, {}, []), {"future": 1})]
 
     h = lane0_full(upstream=False, cached=False)
     keys, _ = h.chain(1, 1)
@@ -147,3 +147,30 @@ def test_plain_pools_and_raising_calls_keep_upstreams_gate():
     with pytest.raises(RuntimeError, match="upstream failed"):
         hb.execute_kv_backup_hook(raising, h.cache, node, [0] * 4, {}, [])
     assert "available_size" not in h.cc.mem_pool_host.__dict__  # removed even when the call raises
+
+
+def test_upstream_gets_every_argument_and_an_earlier_available_size_is_put_back():
+    """Both branches on a classed pool (a backup into a full lane, one into lanes with room) hand upstream
+    the call as made; an ``available_size`` already on the group's instance (another hook's, say) is what
+    the shadow reads and what stays there afterwards."""
+    h = lane0_full(upstream=False, cached=False)
+    group = h.cc.mem_pool_host
+    full_lane = h.match(h.chain(0, 1)[0]).last_device_node  # its backup was refused: lane 0 is full
+    roomy = h.match(h.chain(1, 1)[0]).last_device_node
+    calls = []
+
+    def original(self, *args, **kwargs):
+        calls.append((self, args, kwargs, group.available_size()))
+        return "upstream"
+
+    def earlier():
+        return 1
+
+    group.__dict__["available_size"] = earlier
+    for node in (full_lane, roomy):
+        assert hb.execute_kv_backup_hook(original, h.cache, node, [0] * 4, {}, [], future=1) == "upstream"
+        assert group.__dict__["available_size"] is earlier
+    assert calls == [
+        (h.cache, (full_lane, [0] * 4, {}, []), {"future": 1}, 1),  # upstream's gate reads the group as it is
+        (h.cache, (roomy, [0] * 4, {}, []), {"future": 1}, 4),  # room in lanes 1..: the node's 4 tokens
+    ]

@@ -268,3 +268,40 @@ def test_two_batch_overlap_ops_refuse_a_cp_forward_with_padding_rows(moe):
     with torch.no_grad():
         layer.op_gate(plain)  # upstream's op_gate on 0.5.23, as the hook expects it
     assert plain.router_logits.shape == (local.shape[0], MoeShape().experts)
+
+
+def test_the_release_hook_hands_hash_routing_ids_to_the_shared_boundary():
+    """``forward.forward_deepep`` passes ``input_ids_global`` on: compacted in step with the rows for a hash layer
+    with dummy rows, as given without a layout. A recording function stands in for upstream's forward_deepep."""
+    from types import SimpleNamespace
+
+    seen = []
+
+    def original(self, hidden_states, forward_batch, input_ids_global=None):
+        seen.append(input_ids_global)
+        return hidden_states
+
+    layer, ids = SimpleNamespace(is_hash=True), torch.arange(6)
+    batch = SimpleNamespace(num_token_non_padded=torch.tensor(6, dtype=torch.int32))
+    attach_layout(batch, lane_slot_layout([5, 2, 3], 2, 1))  # rows 2 and 5 dummy
+    forward.forward_deepep(original, layer, torch.ones(6, 2), batch, input_ids_global=ids)
+    forward.forward_deepep(original, layer, torch.ones(6, 2), None, input_ids_global=ids)
+    assert seen[0].tolist() == [0, 1, 3, 4] and seen[1] is ids
+
+
+def test_the_compact_bound_answers_none_where_upstreams_answers_none():
+    """Upstream's getter is resolved per call and may answer None (no padded rows stated): the compact bound
+    answers None then, and the compact count where upstream answers a bound; the context comes back after."""
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context, get_forward_context
+
+    from tests.patches.moe_cp_compaction.forward_context.standins import AttnBackendStandIn
+
+    count, answer = torch.tensor(4, dtype=torch.int32), [None]
+    ctx = ForwardContext(attn_backend=AttnBackendStandIn(), moe_num_token_non_padded=lambda: answer[0])
+    with forward_context(ctx):
+        with forward.compact_count_in_context(count):
+            bound = get_forward_context().moe_num_token_non_padded
+            assert bound() is None
+            answer[0] = torch.tensor(6, dtype=torch.int32)
+            assert bound() is count
+        assert get_forward_context() is ctx
