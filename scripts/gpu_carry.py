@@ -95,11 +95,31 @@ TRACE_IMPORTS = (
     "sglang_overlay.patches.moe_cp_compaction.forward_context",
 )
 _TRACE = """
-import json, sys
+import json, os, re, sys
+cuda = os.environ.get("GPU_CARRY_AS_CUDA_HOST")
+if cuda:  # what the device's imports take: sglang's CUDA branches
+    import torch
+    torch.cuda.is_available = lambda: True
+    torch.cuda.device_count = lambda: 1
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)  # the H200's
+    torch.cuda.get_device_name = lambda device=None: "a CUDA host, as the carry's trace pretends"
+    torch.version.cuda = "13.0"
 for name in sys.argv[2:]:
     __import__(name)
 json.dump({n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())}, open(sys.argv[1], "w"))
+if cuda:  # every module of the closure (lazy imports included): does the sgl_kernel stand-in answer it?
+    import importlib
+    bad = []
+    for name in open(cuda).read().split():
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # other failures (optional packages) are the device's too, and not the stand-in's
+            if re.search(r"'sgl_kernel(\\.\\w+)*'", str(e)):
+                bad.append(f"{name}: {type(e).__name__}: {e}")
+    if bad:
+        sys.exit("the sgl_kernel stand-in does not answer what these modules import on a CUDA host:\\n" + "\\n".join(bad))
 """
+STAND_IN = REPO / "tests" / "support" / "real_server" / "standins" / "sgl_kernel"
 
 
 def norm(name: str) -> str:
@@ -122,9 +142,10 @@ def module_imports(name: str, path: Path):
             yield from (f"{base}.{a.name}" for a in node.names)
 
 
-def sglang_closure(site: Path, roots) -> dict:
-    """{module: file} of the sglang modules reachable from ``roots`` through import statements."""
-    seen, stack = {}, list(roots)
+def sglang_closure(site: Path, roots, known: dict | None = None) -> dict:
+    """{module: file} of the sglang modules reachable from ``roots`` through import statements (``known``: a
+    closure already walked, extended rather than walked again)."""
+    seen, stack = dict(known or {}), list(roots)
     while stack:
         parts = stack.pop().split(".")
         for i in range(1, len(parts) + 1):
@@ -149,11 +170,26 @@ def project_roots() -> set:
     return roots
 
 
-def trace(python: str, out: Path) -> dict:
-    """{module: file} of a child interpreter of the environment after importing TRACE_IMPORTS."""
-    subprocess.run([python, "-c", _TRACE, str(out), *TRACE_IMPORTS], cwd=REPO, check=True,
-                   env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})  # fmt: skip
-    return json.loads(out.read_text())
+def trace(python: str, tmp: Path, closure) -> dict:
+    """{module: file} of child interpreters of the environment after importing TRACE_IMPORTS: one as this host
+    is, one as a CUDA host (torch told CUDA is there, the ``sgl_kernel`` stand-in on the path, as on the
+    device), which takes sglang's CUDA branches and then imports every module of ``closure`` (the check's
+    lazy imports included). An import of sgl_kernel that would fail on the device fails here, named."""
+    modules = {}
+    shutil.copytree(STAND_IN, tmp / "standin" / "sgl_kernel")
+    (tmp / "closure.txt").write_text("\n".join(sorted(closure)))
+    for name, extra in (("cpu", {}), ("cuda", {"GPU_CARRY_AS_CUDA_HOST": str(tmp / "closure.txt")})):
+        out = tmp / f"trace-{name}.json"
+        path = str(REPO) if not extra else f"{REPO}:{tmp / 'standin'}"
+        proc = subprocess.run([python, "-c", _TRACE, str(out), *TRACE_IMPORTS], cwd=REPO, capture_output=True,
+                              text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": path,
+                                              **extra})  # fmt: skip
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"the check's modules do not import as a {name} host would see them:\n{proc.stderr[-4000:]}"
+            )
+        modules.update(json.loads(out.read_text()))
+    return modules
 
 
 def third_party(site: Path, traced: dict) -> dict:
@@ -192,10 +228,10 @@ def build(out: Path, python: str) -> dict:
     if out.exists():
         shutil.rmtree(out)
     (out / "wheels").mkdir(parents=True)
+    static = sglang_closure(site, project_roots() | {m for m in TRACE_IMPORTS if m.split(".")[0] == "sglang"})
     with tempfile.TemporaryDirectory() as tmp:
-        traced = trace(python, Path(tmp) / "trace.json")
-    roots = project_roots() | {m for m in [*TRACE_IMPORTS, *traced] if m.split(".")[0] == "sglang"}
-    closure = sglang_closure(site, roots)  # one walk: every file parsed once
+        traced = trace(python, Path(tmp), static)
+    closure = sglang_closure(site, [m for m in traced if m.split(".")[0] == "sglang"], static)  # each file parsed once
     with tarfile.open(out / "sglang-src.tar.gz", "w:gz") as tar:
         for path in sorted(set(closure.values())):
             tar.add(path, arcname=str(path.relative_to(site)))

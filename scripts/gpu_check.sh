@@ -4,6 +4,7 @@
 #
 #   scripts/gpu_check.sh                  # on the device: CUDA, bf16, DeepSeek-V3 sizes
 #   scripts/gpu_check.sh --device cpu     # the same steps on the CPU at small sizes (CI's rehearsal)
+#   GPU_CHECK_STEPS="moe_full" scripts/gpu_check.sh   # only the steps named (a rerun inside the device budget)
 #
 # sglang comes from the carry ($GPU_CARRY, default .gpu_carry/, built here by `.venv/bin/python scripts/gpu_carry.py`), unpacked
 # into $CARRY_SITE and put first on PYTHONPATH with the one stand-in the device lacks (sgl_kernel); where
@@ -13,12 +14,14 @@
 # 2. moe_full: upstream's whole DeepseekV2MoE of 0.5.23 (DeepEP stand-ins; 256 experts x inter 2048, hidden
 #    7168, bf16) padded against the pin's hook: net speedup at 0/12/25/50% dummy rows, the hook under the
 #    same sync mode.
-# 3. owner_lanes: scripts/bench_owner_lanes.py, whose registry-chosen adapter on 0.5.23 is unified's:
+# 3. owner_lanes_<leaves>: scripts/bench_owner_lanes.py, whose registry-chosen adapter on 0.5.23 is unified's:
 #    UnifiedRadixCache._load_back_transfers hooked against upstream's with the KV pool and indices on the
-#    device, at 10k and 100k evictable leaves: success, pages evicted, time per call, tensor ops and host
-#    syncs while planning (planning under set_sync_debug_mode("error") on CUDA).
-# Each step writes $OUT/<step>.log and $OUT/<step>.json; a failed step does not stop the others; the exit
-# status is 1 when any failed. At most 8 files under $OUT (the device tool's limit).
+#    device, at 10k and then 100k evictable leaves (one run each, so the first size's figures survive a
+#    second that runs out of time): success, pages evicted, time per call, tensor ops and host syncs while
+#    planning (planning under set_sync_debug_mode("error") on CUDA). Building a 100k-leaf tree is upstream's
+#    Python, per side: about 2 minutes on the 2-core CPU machine.
+# Each step writes $OUT/<step>.json and appends its output to $OUT/steps.log; a failed step does not stop the
+# others; the exit status is 1 when any failed. Six files under $OUT (the device tool takes at most 8).
 set -u
 cd "$(dirname "$0")/.."
 DEVICE=cuda
@@ -49,14 +52,18 @@ failed=0
 step() {  # step NAME TIMEOUT_S COMMAND...
     local name=$1 limit=$2
     shift 2
+    case " ${GPU_CHECK_STEPS:-$name} " in *" $name "*) ;; *) echo "== $name: skipped (GPU_CHECK_STEPS)"; return ;; esac
+    local t0=$SECONDS log="$OUT/step.tmp"
     echo "== $name: $*"
-    if timeout "$limit" "$@" >"$OUT/$name.log" 2>&1; then
-        echo "   ok"
+    if timeout "$limit" "$@" >"$log" 2>&1; then
+        echo "   ok ($(( SECONDS - t0 )) s)"
     else
-        echo "   FAILED (exit $?); the end of $OUT/$name.log:"
-        tail -n 25 "$OUT/$name.log"
+        echo "   FAILED (exit $?, $(( SECONDS - t0 )) s); the end of its log:"
+        tail -n 25 "$log"
         failed=1
     fi
+    { echo "== $name ($(( SECONDS - t0 )) s): $*"; cat "$log"; } >>"$OUT/steps.log"
+    rm -f "$log"
 }
 
 "$PY" - >"$OUT/env.txt" 2>&1 <<'PY'
@@ -70,16 +77,21 @@ cat "$OUT/env.txt"
 
 if [ "$DEVICE" = cuda ]; then
     MOE=(--device cuda --dtype bf16 --hidden 7168 --experts 256 --top-k 8 --inter 2048 --rows 4096 --repeats 5)
-    LANES=(--device cuda --sizes 10000,100000 --loads 4)
+    LANES=(--device cuda --loads 4)
+    LEAVES=(10000 100000)
 else  # the same steps, sizes a loaded 2-core machine runs in about a minute
     MOE=(--device cpu --dtype bf16 --hidden 64 --experts 16 --top-k 4 --inter 16 --rows 256 --repeats 1)
-    LANES=(--device cpu --sizes 1000 --loads 2)
+    LANES=(--device cpu --loads 2)
+    LEAVES=(1000)
 fi
 step moe_boundary 90 "$PY" scripts/bench_moe_compaction.py --boundary-only "${MOE[@]}" --json "$OUT/moe_boundary.json"
 # exit 1 with its JSON written means "compact path not faster at 25/50%": a figure, reported in the JSON;
 # without the JSON it is a failure (an exception exits 1 too)
 rm -f "$OUT/moe_full.json"
-step moe_full 180 bash -c '"$0" scripts/bench_moe_compaction.py "$@"; [ $? -le 1 ] && [ -s "${@: -1}" ]' \
+step moe_full 240 bash -c '"$0" scripts/bench_moe_compaction.py "$@"; [ $? -le 1 ] && [ -s "${@: -1}" ]' \
     "$PY" "${MOE[@]}" --json "$OUT/moe_full.json"
-step owner_lanes 240 "$PY" scripts/bench_owner_lanes.py "${LANES[@]}" --json "$OUT/owner_lanes.json"
+for leaves in "${LEAVES[@]}"; do
+    step "owner_lanes_$leaves" 330 "$PY" scripts/bench_owner_lanes.py "${LANES[@]}" --sizes "$leaves" \
+        --json "$OUT/owner_lanes_$leaves.json"
+done
 exit "$failed"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,45 @@ def test_gpu_check_refuses_clearly_without_sglang_or_carry(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "scripts/gpu_carry.py" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
     assert list((tmp_path / "out").iterdir()) == []
+
+
+_STAND_IN_FACES = """
+import sys, torch
+if sys.argv[1] == "cuda":  # as the carry's trace pretends, and as the device is
+    torch.cuda.is_available = lambda: True
+    torch.version.cuda = "13.0"
+import sgl_kernel
+faces = []
+for name in ("sgl_kernel.top_k_renorm_prob", "sgl_kernel.kvcacheio.transfer_kv_direct", "sgl_kernel.scalar_type.ScalarType"):
+    module, _, attr = name.rpartition(".")
+    try:
+        exec(f"from {module} import {attr} as fn")  # as upstream imports them
+    except ImportError:
+        faces.append(f"{name}: absent")
+        continue
+    try:
+        fn()
+    except NotImplementedError as e:
+        faces.append(f"{name}: import-only ({e})")
+print("\\n".join(faces))
+"""
+
+
+@pytest.mark.parametrize("host", ["cpu", "cuda"])
+def test_the_sgl_kernel_stand_in_answers_cuda_imports_on_a_cuda_host_only(tmp_path, host):
+    """On the device sglang's CUDA branches import kernels by the dozen (the first device run stopped at
+    ``top_k_renorm_prob``): there they import and fail loudly when called. On a CPU host (the real-server tier)
+    they stay absent, so upstream's CPU paths and ImportError fallbacks are unchanged; ``scalar_type`` is
+    absent on both, so upstream's own mock table is used."""
+    stand_in = REPO / "tests" / "support" / "real_server" / "standins"
+    (tmp_path / "sgl_kernel").symlink_to(stand_in / "sgl_kernel")  # the package alone, as gpu_check.sh copies it
+    proc = subprocess.run([sys.executable, "-c", _STAND_IN_FACES, host], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    faces = proc.stdout.splitlines()
+    if host == "cpu":
+        assert faces[:2] == ["sgl_kernel.top_k_renorm_prob: absent", "sgl_kernel.kvcacheio.transfer_kv_direct: absent"]
+    else:
+        assert faces[0].startswith("sgl_kernel.top_k_renorm_prob: import-only (sgl_kernel.top_k_renorm_prob:")
+        assert faces[1].startswith("sgl_kernel.kvcacheio.transfer_kv_direct: import-only (sgl_kernel.kvcacheio.")
+    assert faces[2] == "sgl_kernel.scalar_type.ScalarType: absent"

@@ -152,6 +152,7 @@ class Harness:
         install_cpu_stand_ins()
         plain_pool, interleaved_pool = _pool_classes()
         self.n, self.ps, self.interleaved = n, ps, interleaved
+        self.device = torch.device(device)  # where the allocator's indices live (and so every tree value)
         per_rank_slots = pages_per_rank * ps
         pool_kw = dict(
             page_size=ps,
@@ -227,7 +228,7 @@ class Harness:
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
         prefix = prefix or []
-        prefix_idx = self.device_indices(prefix) if prefix else torch.empty((0,), dtype=torch.int64)
+        prefix_idx = self.device_indices(prefix) if prefix else torch.empty((0,), dtype=torch.int64, device=self.device)
         assert len(prefix_idx) == len(prefix), "prefix must be device-resident"
         start = None if base is None else (base + len(prefix) // self.ps) % self.n
         idx = self.alloc_run(start, pages)
@@ -272,7 +273,7 @@ class Harness:
             parts.append(node.component_data[0].value)  # [0]: ComponentType.FULL
             node = node.parent
         parts.reverse()
-        return torch.cat(parts) if parts else torch.empty((0,), dtype=torch.int64)
+        return torch.cat(parts) if parts else torch.empty((0,), dtype=torch.int64, device=self.device)
 
     def path_nodes(self, node_id) -> list:
         """Nodes from the root's child down to ``node_id``."""
