@@ -169,26 +169,31 @@ def overlay(python: Path, *args: str) -> subprocess.CompletedProcess:
 def test_an_unsupported_sglang_is_refused_by_name_at_check_and_at_launch(dists, tmp_path):
     """sglang 0.5.22, a real release the overlay has no pin for, installed as a user might (here without its
     dependencies, so it does not even import): a clear refusal naming it and the supported pins, no traceback."""
+    from sglang_overlay.core import lockfile
+
+    pins = list(lockfile.pin_dirs())  # oldest first, as the refusal lists them
+    assert "0.5.22" not in pins
     python = _overlay_env(tmp_path / "env", dists[0], "sglang==0.5.22")
     for proc in (overlay(python, "check"), overlay(python, "launch", "--model-path", "m")):
         text = proc.stdout + proc.stderr
         assert proc.returncode in (1, 2) and "Traceback" not in text, text[-3000:]
         assert "does not support the installed sglang 0.5.22" in text, text[-3000:]
-        assert "supported pins: sglang==0.5.20, sglang==0.5.23" in text, text[-3000:]
+        assert "supported pins: " + ", ".join(f"sglang=={v}" for v in pins) in text, text[-3000:]
     assert "refusing to start a server the overlay would not patch" in proc.stderr
 
 
 def test_a_supported_sglang_that_does_not_import_is_named_as_such(dists, tmp_path):
-    """sglang 0.5.23 installed --no-deps: its sources match every fingerprint, but it cannot run (no torch);
-    check says so, with the import error, instead of passing or printing a traceback."""
+    """The default pin's sglang installed --no-deps: its sources match every fingerprint, but it cannot run (no
+    torch); check says so, with the import error, instead of passing or printing a traceback."""
     from sglang_overlay.core import lockfile
 
+    version = lockfile.default_version()
     cached = Path.home() / ".cache" / "sglang-overlay" / "wheels"
-    entry = lockfile.read_pin(lockfile.pin_dir("0.5.23") / "upstream.lock").wheels["%d.%d" % sys.version_info[:2]]
+    entry = lockfile.read_pin(lockfile.pin_dir(version) / "upstream.lock").wheels["%d.%d" % sys.version_info[:2]]
     wheel = cached / entry["file"]
-    python = _overlay_env(tmp_path / "env", dists[0], str(wheel) if wheel.is_file() else "sglang==0.5.23")
+    python = _overlay_env(tmp_path / "env", dists[0], str(wheel) if wheel.is_file() else f"sglang=={version}")
     proc = overlay(python, "check")
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "Traceback" not in text, text[-3000:]
-    assert "sglang 0.5.23 is installed but does not import" in text and "No module named" in text, text[-3000:]
+    assert f"sglang {version} is installed but does not import" in text and "No module named" in text, text[-3000:]
     assert "match" in text and "drift" not in text  # the sources themselves are the pinned ones

@@ -133,7 +133,7 @@ def build_real_model(cache_dir: str | os.PathLike | None = None, wheel: str | os
     lacking = missing_packages()
     if lacking:
         raise RealModelError(
-            f"converting {NAME} needs {', '.join(lacking)} (pinned in scripts/requirements-cpu-0.5.23.lock): "
+            f"converting {NAME} needs {', '.join(lacking)} (pinned in each pin's scripts/requirements-cpu-<pin>.lock): "
             f"pip install {' '.join(lacking)}"
         )
     return build_once(
