@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: is the GSM8K runner ever the bottleneck? The full 1,319 questions at --parallel 64.
 
-Starts the scripted OpenAI server (tests/support/scripted_server.py: upstream 0.5.20's
+Starts the scripted OpenAI server (tests/support/scripted_server.py: the installed upstream's
 own HTTP routes and OpenAI handlers, overlay applied, a scripted answerer that replies
 with each question's gold worked answer), then runs ``scripts/gsm8k_eval.py`` against
 it in its own process, as a user would, once per mode. Reports wall time, requests

@@ -71,18 +71,23 @@ def _pip_install(python: Path, wheel: Path) -> None:
                    env=subprocess_env(), check=True, capture_output=True)  # fmt: skip
 
 
-def _run(python: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), *args], cwd=cwd or overlay_cwd(), env=subprocess_env(), capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+def _run(python: Path, *args: str, cwd: Path | None = None, path: Path | None = None) -> subprocess.CompletedProcess:
+    """``python *args``; ``path``: a folder put before the overlay on ``PYTHONPATH``, as a user's export would."""
+    env = subprocess_env()
+    if path is not None:
+        env["PYTHONPATH"] = f"{path}:{env['PYTHONPATH']}"
+    return subprocess.run([str(python), *args], cwd=cwd or overlay_cwd(), env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
 
 
-def _refused(python: Path, expected: str, cwd: Path | None = None, start_up: str = PLUGIN_LOAD) -> None:
+def _refused(python: Path, expected: str, cwd: Path | None = None, start_up: str = PLUGIN_LOAD,
+             path: Path | None = None) -> None:  # fmt: skip
     """``check`` and start-up both refuse, name the cause, and end without a traceback."""
-    check = _run(python, "-m", "sglang_overlay", "check", cwd=cwd)
+    check = _run(python, "-m", "sglang_overlay", "check", cwd=cwd, path=path)
     out = " ".join((check.stdout + check.stderr).split())
     assert check.returncode == 1 and "cannot vouch for this sglang" in out and expected in out, out[-3000:]
     assert "Traceback" not in out
-    start = _run(python, "-c", start_up, cwd=cwd)
+    start = _run(python, "-c", start_up, cwd=cwd, path=path)
     err = " ".join(start.stderr.split())
     assert start.returncode != 0 and "STARTED" not in start.stdout, start.stdout[-2000:]
     assert "sglang-overlay refused to start" in err and "cannot vouch for this sglang" in err and expected in err
@@ -105,6 +110,15 @@ def test_a_sglang_folder_in_the_working_directory_is_named_and_refused(tmp_path)
     (here / "sglang" / "__init__.py").unlink()
     (here / "sglang").rmdir()
     _ready(Path(sys.executable), cwd=here)
+
+
+def test_a_sglang_folder_earlier_on_pythonpath_is_named_and_refused(tmp_path):
+    """The same shadow through ``PYTHONPATH`` (a source checkout exported by hand), from a neutral directory."""
+    shadow = tmp_path / "src"
+    (shadow / "sglang").mkdir(parents=True)
+    (shadow / "sglang" / "__init__.py").write_text(f"__path__.append({str(REAL_SGLANG)!r})\n")
+    _refused(Path(sys.executable), f"{shadow / 'sglang' / '__init__.py'}", start_up=START_UP, path=shadow)
+    _ready(Path(sys.executable))  # the same command without the export
 
 
 def test_another_distribution_shipping_the_sglang_package_is_named_and_refused(fresh_env, tmp_path):

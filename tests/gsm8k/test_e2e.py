@@ -1,4 +1,4 @@
-"""The GSM8K runner end to end: real HTTP against upstream 0.5.20's OpenAI completions/chat handlers
+"""The GSM8K runner end to end: real HTTP against the installed upstream's OpenAI completions/chat handlers
 (tests/support/scripted_server.py, overlay applied through the plugin path) with a scripted answerer
 (tests/support/gsm8k_script.py) that answers a known set of questions wrongly, with no number, slowly,
 or by aborting with an int status code. The runner's reported numbers must equal the scripted ones.
