@@ -61,6 +61,14 @@ DECLARED = {
         releases={"hiradix": (("state", "load_back", "allocation", "eviction", "stamping"), ()),
                   "unified": (("state", "gate", "capacity", "host_backup", "planning", "eviction", "tree_view"), ())},
     ),
+    "cluster": Declared(
+        "cluster-consistency",
+        modules=("state", "verdict", "exchange"),
+        tests=("test_exchange.py", "test_verdict.py"),
+        # each folder's hook module only re-exports the shared AFTER hook: nothing of its own to mutate
+        releases={"torch_distributed": ((), ("test_hook_point.py",)),
+                  "parallel_runtime": ((), ("test_hook_point.py",))},
+    ),
 }  # fmt: skip
 
 

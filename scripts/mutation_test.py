@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Mutation testing of the patches' implementation modules with mutmut 3, one targeted run per patch.
 
-For each patch (``moe``, ``abort``, ``hicache``) on the installed sglang (its root's modules and those of the
-release folder serving the installed release, from the registry; run it in each pin's environment) this copies the checkout's sources and tests into
+For each patch (``moe``, ``abort``, ``hicache``, ``cluster``) on the installed sglang (its root's modules and
+those of the release folder serving the installed release, from the registry; run it in each pin's
+environment) this copies the checkout's sources and tests into
 a work folder (default ``mutants/<patch>/`` in the checkout, which git should ignore), writes a
 ``setup.cfg`` ``[mutmut]`` section there, and runs ``mutmut run`` in it. mutmut copies that work
 folder again into its own ``mutants/`` and runs pytest there: the real sources are never

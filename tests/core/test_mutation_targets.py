@@ -24,13 +24,17 @@ def mutation_test():
     return module
 
 
-@pytest.mark.parametrize("name", ["moe", "abort", "hicache"])
+@pytest.mark.parametrize("name", ["moe", "abort", "hicache", "cluster"])
 def test_the_installed_releases_folder_is_mutated_with_its_tests(mutation_test, name):
     declared = mutation_test.DECLARED[name]
     (patch,) = [p for p in discover_patches(ANY_UPSTREAM) if p.id == declared.patch]
     folder = patch.release_for(installed_sglang_version()).folder
     target = mutation_test.resolve(declared, installed_sglang_version())
-    assert any(f"/{folder}/" in m for m in target.modules)
+    own_modules, own_tests = declared.releases[folder]  # a folder may have nothing of its own to mutate
+    assert [m.rpartition(f"/{folder}/")[2] for m in target.modules if f"/{folder}/" in m] == [
+        f"{o}.py" for o in own_modules
+    ]
+    assert [t.rpartition(f"/{folder}/")[2] for t in target.tests if f"/{folder}/" in t] == list(own_tests)
     assert not any(
         f"/{other.folder}/" in m for other in patch.releases if other.folder != folder for m in target.modules
     )
