@@ -49,7 +49,7 @@ def assign_req_to_token_pool_cpu(req_pool_indices, req_to_token, start_offset, e
 def _missing(name: str):
     def stub(*args, **kwargs):
         raise NotImplementedError(
-            f"sgl_kernel.{name}: not provided by the CPU test stand-in (tests/support/real_server)"
+            f"sgl_kernel.{name}: not provided by the test stand-in (tests/support/real_server/standins/sgl_kernel)"
         )
 
     stub.__name__ = name
