@@ -26,6 +26,12 @@ reason in ``tests/support/mutation_equivalents.py``; the score counts them apart
     .venv/bin/python scripts/mutation_test.py --patches moe abort --json out/mutation.json
     .venv/bin/python scripts/mutation_test.py --patches abort --subprocess-fallback
     .venv/bin/python scripts/mutation_test.py --patches hicache --max-children 2
+    .venv/bin/python scripts/mutation_test.py --patches hicache --sample 300 --seed 1   # a seeded random sample
+
+``--sample N`` tests a seeded random sample of N of a patch's mutants (all of them where it has fewer), for
+patches whose whole run takes hours on 2 cores: mutmut first generates every mutant (testing the first of each
+function, ``*__mutmut_1``, to do so), then tests the sampled ones; the score counts the sample alone and comes
+with its 95% Wilson interval. A survivor outside the sample goes unseen: say so where the score is quoted.
 
 Prints a table per module and, with ``--json FILE``, writes the per-module counts, the survivors
 with their diffs, and the command. Files are written only under the work folder and where
@@ -37,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -45,14 +52,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-
-from tests.support.mutation_equivalents import EQUIVALENT  # noqa: E402
-
 sys.path.insert(0, str(REPO / "scripts"))
+from mutation_report import patch_score, print_table, summarize  # noqa: E402
 from mutation_targets import DECLARED, Target, resolve  # noqa: E402
 
 COPY = ("sglang_overlay", "tests", "patches", "scripts", "pyproject.toml")
-KILLED = {"killed", "timeout", "caught by type check", "segfault"}
 
 
 def setup_cfg(target: Target, limits: tuple = (120.0, 15.0)) -> str:
@@ -149,18 +153,19 @@ def diff_of(workdir: Path, mutant: str) -> str:
     return proc.stdout.strip()
 
 
-def summarize(module: str, found: dict[str, str]) -> dict:
-    equivalent = {
-        name: EQUIVALENT[name] for name, status in found.items() if status == "survived" and name in EQUIVALENT
-    }
-    counted = {name: status for name, status in found.items() if name not in equivalent}
-    killed = sum(status in KILLED for status in counted.values())
-    survivors = sorted(name for name, status in counted.items() if status not in KILLED)
-    return dict(
-        module=module, total=len(found), killed=killed, equivalent=len(equivalent),
-        score=killed / len(counted) if counted else 1.0, survivors=survivors, equivalent_reasons=equivalent,
-        by_status={s: sum(v == s for v in found.values()) for s in sorted(set(found.values()))},
-    )  # fmt: skip
+def sample_of(workdir: Path, target: Target, name: str, args) -> set[str] | None:
+    """The seeded sample of ``name``'s mutants (``--sample``), all generated and the sampled ones tested; None
+    without ``--sample``."""
+    if not args.sample:
+        return None
+    run = ["run", "--max-children", str(args.max_children)]
+    run_mutmut(workdir, name, [*run, "*__mutmut_1"], args.timeout)  # generates every mutant
+    found = {m: s for module in target.modules for m, s in statuses(workdir, module).items()}
+    chosen = random.Random(f"{args.seed}:{name}").sample(sorted(found), min(args.sample, len(found)))
+    pending = sorted(m for m in chosen if found[m] == "not checked")
+    if pending:
+        run_mutmut(workdir, name, [*run, *pending], args.timeout)
+    return set(chosen)
 
 
 def run_patch(name: str, args) -> list[dict]:
@@ -171,7 +176,9 @@ def run_patch(name: str, args) -> list[dict]:
     earlier = {m: s for module in target.modules for m, s in statuses(workdir, module).items()} if args.resume else {}
     prepare(workdir, target, fresh=not args.resume, limits=(args.timeout_constant, args.timeout_multiplier))
     t0 = time.monotonic()
-    run_mutmut(workdir, name, ["run", "--max-children", str(args.max_children)], args.timeout)
+    chosen = sample_of(workdir, target, name, args)
+    if chosen is None:
+        run_mutmut(workdir, name, ["run", "--max-children", str(args.max_children)], args.timeout)
     # --resume keeps mutmut's verdicts of unchanged functions: give the earlier survivors the new tests
     again = sorted(m for m, s in earlier.items() if s in ("survived", "no tests"))
     if again:
@@ -179,25 +186,17 @@ def run_patch(name: str, args) -> list[dict]:
     rows = []
     for module in target.modules:
         found = statuses(workdir, module)
+        generated = len(found)
+        if chosen is not None:
+            found = {m: s for m, s in found.items() if m in chosen}
         if args.subprocess_fallback and target.subprocess_tests:
             for mutant in sorted(m for m, s in found.items() if s == "no tests"):
                 found[mutant] = run_in_subprocess(workdir, mutant, target.subprocess_tests, args.fallback_timeout)
         row = summarize(module, found)
-        row["seconds"] = round(time.monotonic() - t0, 1)
+        row.update(patch=name, generated=generated, sampled=chosen is not None, seconds=round(time.monotonic() - t0, 1))
         row["survivor_diffs"] = {m: diff_of(workdir, m) for m in row["survivors"]}
         rows.append(row)
     return rows
-
-
-def print_table(rows: list[dict], goal: float) -> None:
-    print(f"{'module':<58} {'total':>5} {'killed':>6} {'equiv':>5} {'surv.':>5} {'score':>6}  statuses")
-    for r in rows:
-        mark = "" if r["score"] >= goal else "  < goal"
-        print(f"{r['module']:<58} {r['total']:>5} {r['killed']:>6} {r['equivalent']:>5} {len(r['survivors']):>5} "
-              f"{r['score']:>6.1%}  {r['by_status']}{mark}")  # fmt: skip
-    for r in rows:
-        for m in r["survivors"]:
-            print(f"\nsurvivor {m}:\n{r['survivor_diffs'].get(m, '')}")
 
 
 def main(argv=None) -> int:
@@ -231,6 +230,8 @@ def main(argv=None) -> int:
         help="keep mutmut's earlier results in the work folder (changed functions and earlier survivors "
         "are tested again, with the current tests)",
     )
+    ap.add_argument("--sample", type=int, metavar="N", help="test a seeded random sample of N mutants per patch")
+    ap.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
     ap.add_argument("--goal", type=float, default=0.9)
     ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON to FILE")
     args = ap.parse_args(argv)
@@ -244,7 +245,11 @@ def main(argv=None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         command = "scripts/mutation_test.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        args.json.write_text(json.dumps(dict(command=command, goal=args.goal, modules=rows), indent=2) + "\n")
+        patches = {
+            p: patch_score([r for r in rows if r["patch"] == p]) for p in dict.fromkeys(r["patch"] for r in rows)
+        }
+        args.json.write_text(json.dumps(dict(command=command, goal=args.goal, patches=patches, modules=rows), indent=2)
+                             + "\n")  # fmt: skip
         print(f"wrote {args.json}")
     return 0 if all(r["score"] >= args.goal for r in rows) else 1
 

@@ -47,3 +47,16 @@ def test_an_undeclared_release_folder_is_refused(mutation_test):
     declared = mutation_test.DECLARED["moe"]
     with pytest.raises(SystemExit, match="is not declared in scripts/mutation_targets.py"):
         mutation_test.resolve(replace(declared, releases={}), installed_sglang_version())
+
+
+def test_a_sampled_patch_score_carries_its_wilson_interval():
+    sys.path.insert(0, str(REPO / "scripts"))
+    from mutation_report import patch_score, wilson
+
+    low, high = wilson(95, 100)
+    assert round(low, 3) == 0.888 and round(high, 3) == 0.978  # the textbook 95% Wilson interval
+    rows = [dict(killed=40, total=45, equivalent=3, generated=300, sampled=True),
+            dict(killed=55, total=55, equivalent=0, generated=400, sampled=True)]  # fmt: skip
+    score = patch_score(rows)
+    assert (score["killed"], score["counted"], score["tested"], score["generated"]) == (95, 97, 100, 700)
+    assert score["interval_95"] == wilson(95, 97) and "interval_95" not in patch_score([{**rows[0], "sampled": False}])
