@@ -55,13 +55,14 @@ _CPU_TO_CPU_COPY = (
 _PINNING_ONLY = (
     "on the CPU-only test host torch.cuda.is_available() is False, so the changed condition is "
     "False as the original is; on a CUDA host it changes only whether the host tensors are pinned "
-    "before the copy (same values, dtype and device), which scripts/gpu_check.sh (moe_boundary "
-    "step, under sync debug mode) checks on a GPU"
+    "before the copy (same values, dtype and device): only timing on a GPU tells them apart "
+    "(scripts/gpu_check.sh's moe_boundary step ran the original on an H200 on 2026-12-04 with no "
+    "host sync flagged under sync debug mode; the mutant itself was not run there)"
 )
 _CUDA_ONLY_LINE = (
     "the pinning line runs only for a 'cuda' device with CUDA available, never on the CPU-only "
-    "test host (no CPU test can construct a CUDA tensor); on a GPU scripts/gpu_check.sh "
-    "(moe_boundary step) runs it"
+    "test host (no CPU test can construct a CUDA tensor); scripts/gpu_check.sh's moe_boundary "
+    "step ran it on an H200 on 2026-12-04 (no host sync flagged)"
 )
 _NON_BLOCKING_ONLY = (
     "non_blocking only makes a host-to-device copy asynchronous: the values, dtype and device are "
@@ -268,3 +269,12 @@ EQUIVALENT.update(
         **{f"{_UN}.planning.x_lane_need__mutmut_{n}": _FALLBACK_UNREACHABLE for n in (14, 15, 16, 17, 18, 19)},
     }
 )
+
+# ---- cluster-consistency (both pins: its root modules are version-free)
+_CC = "sglang_overlay.patches.cluster_consistency"
+_KEY_ORDER = (
+    "digest() builds its dict in state.COMPARED's order, which is the same in every rank that runs this code, so "
+    "json.dumps without sort_keys gives every such rank the same text; a rank running other code differs in "
+    "'overlay' already, and is named for that"
+)
+EQUIVALENT.update({f"{_CC}.verdict.x_digest__mutmut_5": _KEY_ORDER})

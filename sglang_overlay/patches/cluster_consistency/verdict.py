@@ -69,7 +69,7 @@ def judge(arrivals: str | bytes, world: int, nnodes: int, wait_s: float) -> Verd
         for node, members in sorted(per_group.items()):
             line = lines[members[0]]
             pid = line.get("pid") if len(members) == 1 else None
-            differing.append(Group(to_ranges(members), node, str(line.get("host", "?")), pid,
+            differing.append(Group(to_ranges(members), node, str(line["host"]), pid,
                                    tuple(differences(first, line))))  # fmt: skip
     named_missing = missing[:MAX_GROUPS]
     named_differing = differing[: MAX_GROUPS - len(named_missing)]

@@ -143,3 +143,94 @@ def test_what_a_rank_received_is_kept_for_status_and_removed_at_exit(records_her
     ]
     assert [(g.ranks, g.node, g.host) for g in verdict.nodes] == [("0", 0, local_state(0)["host"]), ("1", 1, "node-b")]
     assert records_here == [(records.forget, os.getpid(), records.PEERS)]
+
+
+def test_without_a_wait_given_the_knob_bounds_it(monkeypatch):
+    """Start-up passes no wait: SGLANG_OVERLAY_CLUSTER_WAIT_S bounds it, and the refusal quotes it."""
+    monkeypatch.setenv("SGLANG_OVERLAY_CLUSTER_WAIT_S", "1")
+    store = dist.HashStore()
+    with pytest.raises(
+        OverlayError, match=r"rank 1 \(node 1 by the rank layout\) reported no overlay state within 1 s"
+    ):
+        exchange.check_cluster(0, 2, group=(store, 0, 2))
+
+
+def test_a_rank_whose_elected_judge_never_publishes_judges_by_itself():
+    """Rank 1 is missing, and the rank the ELECTED counter chose (rank 2, say) died before publishing: after its
+    second bounded wait rank 0 judges the arrivals itself and names the missing rank, with the wait it used."""
+    store = dist.HashStore()
+    store.add(exchange.ELECTED, 1)  # another rank was elected first
+    (refusal,) = _ranks(3, store, wait_s=1, nnodes=3, only=[0]).values()
+    assert isinstance(refusal, OverlayError)
+    assert "rank 1 (node 1 by the rank layout) reported no overlay state within 1 s" in str(refusal)
+    assert "rank 2 (node 2 by the rank layout) reported no overlay state within 1 s" in str(refusal)
+    assert not store.check([exchange.VERDICT])  # judged here, not published
+
+
+def test_not_strict_logs_the_refusal_under_the_knob_that_allowed_it(monkeypatch, caplog):
+    monkeypatch.setenv("SGLANG_OVERLAY_STRICT", "0")
+    store = dist.HashStore()
+    _other_node(store, 1, overlay="0.0.9")
+    _ranks(2, store, only=[0])
+    (line,) = [m for m in caplog.messages if "not the same on every rank" in m]
+    assert line.startswith("sglang-overlay (SGLANG_OVERLAY_STRICT=0): the overlay is not the same on every rank")
+
+
+def test_the_checks_cost_is_kept_in_milliseconds_to_two_decimals(monkeypatch):
+    """What status shows as the check's share of start-up: wall and CPU milliseconds of this rank, rounded to 0.01."""
+    import os
+
+    from sglang_overlay.core import peers, records
+
+    wall, cpu = iter([10.0, 10.0123456]), iter([5.0, 5.0045678])
+    monkeypatch.setattr(exchange.time, "perf_counter", lambda: next(wall))
+    monkeypatch.setattr(exchange.time, "process_time", lambda: next(cpu))
+    store = dist.HashStore()
+    _other_node(store, 1)
+    found = exchange.check_cluster(0, 2, group=(store, 0, 2), wait_s=1)
+    kept = peers.parse(records.read(os.getpid(), records.PEERS)[0])
+    assert found["seconds"] == pytest.approx(0.0123456) and (kept.wall_ms, kept.cpu_ms) == (12.35, 4.57)
+
+
+def test_a_job_with_a_process_group_uses_its_default_store(monkeypatch):
+    """In a server the group is the default process group's (rank, world and the store at --dist-init-addr). The
+    group calls are replaced here, for two ranks of one process: no CPU process group of two exists in one process."""
+    store = dist.HashStore()
+    _other_node(store, 1)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
+    found = exchange.check_cluster(0, 2, wait_s=1)
+    assert found["ranks"] == 2 and found["verdict"].ok and store.check([exchange.VERDICT])
+
+
+def test_a_patch_enabled_on_another_rank_only_is_named_as_such():
+    mine = local_state(0)
+    extra = {**mine, "patches": [*mine["patches"], "zz-extra"]}
+    fewer = {**mine, "patches": [p for p in mine["patches"] if p not in ("moe-cp-compaction", "openai-abort-status")]}
+    assert differences(mine, extra) == ["patches enabled there only: zz-extra"]
+    assert differences(mine, fewer) == ["patches not enabled there: moe-cp-compaction, openai-abort-status"]
+    both = {**mine, "patches": [*fewer["patches"], "zz-extra"]}
+    assert differences(mine, both) == [
+        "patches not enabled there: moe-cp-compaction, openai-abort-status; enabled there only: zz-extra"
+    ]
+
+
+def test_a_rank_names_itself_by_its_process_title_or_by_nothing(monkeypatch):
+    import sys
+
+    assert "title" in local_state(0)
+    monkeypatch.setitem(sys.modules, "setproctitle", None)  # not installed: the import fails
+    assert local_state(0)["title"] == ""
+
+
+def test_what_ranks_write_to_the_store_is_compact_json():
+    """The completing rank reads every rank's line (O(N) bytes) and every rank reads the verdict: no padding."""
+    import json
+
+    store = dist.HashStore()
+    _other_node(store, 1, overlay="0.0.9")
+    _ranks(2, store, only=[0], nnodes=2)
+    texts = [*store.get(exchange.ARRIVALS).decode().splitlines(), store.get(exchange.VERDICT).decode()]
+    assert len(texts) == 3 and all(t == json.dumps(json.loads(t), separators=(",", ":")) for t in texts), texts

@@ -104,3 +104,51 @@ def test_a_verdict_names_at_most_max_groups_and_counts_the_rest():
 @pytest.mark.parametrize("ranks", [[0], [0, 1, 2, 5], [3, 4, 7, 8, 9, 100]])
 def test_ranges_round_trip(ranks):
     assert from_ranges(to_ranges(ranks)) == ranks
+
+
+def test_nodes_and_groups_are_named_by_int_node_host_and_a_pid_only_for_one_rank():
+    """Two ranks a node (``_lines``: node r // 2). Node 1 (ranks 2-3) never reported: its host is unknown."""
+    verdict = judge(_lines({0: {}, 1: {}, 4: {}, 5: {}}), 6, 3, 1.0)
+    assert [(g.ranks, g.node, g.host, g.pid) for g in verdict.missing] == [("2-3", 1, "?", None)]
+    found = judge(_lines({0: {}, 1: {}, 2: {}, 4: {}, 5: {}}), 6, 3, 1.0)  # rank 3 missing beside rank 2
+    assert [(g.ranks, g.node, g.pid) for g in found.nodes] == [("0-1", 0, None), ("2", 1, 2), ("4-5", 2, None)]
+    assert [(g.ranks, g.node, g.host) for g in found.missing] == [("3", 1, MINE["host"])]
+    assert all(type(g.node) is int for g in (*found.nodes, *found.missing))
+
+
+@pytest.mark.parametrize("first, second", [("0.0.7", "0.0.8"), ("0.0.8", "0.0.7")])
+def test_differing_groups_are_listed_by_their_first_rank_whatever_their_digests(first, second):
+    verdict = judge(_lines({0: {}, 1: {"overlay": first}, 2: {}, 3: {"overlay": second}, 4: {}, 5: {}}), 6, 3, 1.0)
+    assert [g.ranks for g in verdict.differing] == ["1", "3"]
+
+
+def test_a_group_of_ranks_differs_in_every_field_it_differs_in_and_carries_no_pid():
+    from sglang_overlay.patches.cluster_consistency.verdict import digest, refusal
+
+    change = {"overlay": "0.0.9", "strict": False}
+    verdict = judge(_lines({0: {}, 1: {}, 2: change, 3: change}), 4, 2, 1.0)
+    mine = {**MINE, "node": 0}
+    text = refusal(verdict, mine, 0, digest(mine))
+    assert (
+        f"(seen from rank 0, node 0, host {MINE['host']}; compared with the report most ranks share): "
+        f"ranks 2-3 (node 1, host {MINE['host']}) differ: overlay '0.0.9' there, '{MINE['overlay']}' here; "
+        "strict False there, True here. Start every node"
+    ) in text
+
+
+def test_more_counts_the_groups_left_unnamed_when_missing_and_differing_groups_are_both_named():
+    world = 2 * (MAX_GROUPS + 6)  # two ranks a node
+    missing = {2, 4}  # two missing groups (nodes 1 and 2), then every node from 3 on differs, each its own way
+    reports = {r: ({"overlay": f"0.0.{r // 2}"} if r // 2 >= 3 else {}) for r in range(world)}
+    verdict = judge(_lines({r: c for r, c in reports.items() if r not in missing}), world, world // 2, 1.0)
+    assert len(verdict.missing) == 2 and len(verdict.differing) == MAX_GROUPS - 2
+    assert verdict.more == (world // 2 - 3) - (MAX_GROUPS - 2)  # the differing nodes not named
+
+
+def test_the_digest_is_sixteen_hex_digits_of_what_must_agree():
+    import re
+
+    from sglang_overlay.patches.cluster_consistency.verdict import digest
+
+    assert re.fullmatch("[0-9a-f]{16}", digest(MINE))
+    assert digest({**MINE, "host": "elsewhere", "pid": 1}) == digest(MINE) != digest({**MINE, "strict": False})
