@@ -159,8 +159,10 @@ def sample_of(workdir: Path, target: Target, name: str, args) -> set[str] | None
     if not args.sample:
         return None
     run = ["run", "--max-children", str(args.max_children)]
-    run_mutmut(workdir, name, [*run, "*__mutmut_1"], args.timeout)  # generates every mutant
     found = {m: s for module in target.modules for m, s in statuses(workdir, module).items()}
+    if not found:  # not generated yet (a --resume run has them)
+        run_mutmut(workdir, name, [*run, "*__mutmut_1"], args.timeout)  # generates every mutant
+        found = {m: s for module in target.modules for m, s in statuses(workdir, module).items()}
     chosen = random.Random(f"{args.seed}:{name}").sample(sorted(found), min(args.sample, len(found)))
     pending = sorted(m for m in chosen if found[m] == "not checked")
     if pending:

@@ -307,6 +307,28 @@ def test_write_back_eviction_counts_backed_up_and_newly_backed_up_leaves_alike()
     assert backed.evicted and fresh_leaf.evicted and fresh_leaf.backuped
 
 
+def test_write_back_under_host_pressure_drops_the_leaf_and_counts_it_as_upstream_does():
+    """Every host slot held elsewhere: the backup writes nothing, so the planned leaf's subtree is dropped
+    (upstream's ``_drop_subtree_no_host``) and its tokens count as evicted, as upstream's own eviction does."""
+    from sglang_overlay.patches.cp_hicache_owner_lanes.hiradix.eviction import evict_planned
+
+    evicted = []
+    for planned in (False, True):
+        cache = hc.build_cpu_hicache(4, 4, 8, write_policy="write_back")
+        host = cache.cache_controller.mem_pool_host
+        assert host.alloc(host.available_size()) is not None and host.available_size() == 0
+        leaf = leaf_chain(cache, 1, pages=2)
+        before = cache.evictable_size()
+        if planned:
+            evicted.append(evict_planned(cache, [leaf]))
+        else:
+            cache.evict(hc.EvictParams(num_tokens=8))  # upstream: its one leaf
+            evicted.append(before - cache.evictable_size())
+        hc.settle(cache)
+        assert leaf.evicted and not leaf.backuped and leaf.host_value is None
+    assert evicted == [8, 8]
+
+
 @pytest.mark.parametrize(
     "threshold, quota, loads",
     [(24, 36, True), (25, None, False), (0, 35, False)],
