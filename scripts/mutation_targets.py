@@ -64,7 +64,7 @@ DECLARED = {
     "cluster": Declared(
         "cluster-consistency",
         modules=("state", "verdict", "exchange"),
-        tests=("test_exchange.py", "test_verdict.py"),
+        tests=("test_exchange.py", "test_verdict.py", "test_state.py"),
         # each folder's hook module only re-exports the shared AFTER hook: nothing of its own to mutate
         releases={"torch_distributed": ((), ("test_hook_point.py",)),
                   "parallel_runtime": ((), ("test_hook_point.py",))},

@@ -277,4 +277,13 @@ _KEY_ORDER = (
     "json.dumps without sort_keys gives every such rank the same text; a rank running other code differs in "
     "'overlay' already, and is named for that"
 )
-EQUIVALENT.update({f"{_CC}.verdict.x_digest__mutmut_5": _KEY_ORDER})
+_BYTES_PARSE = (
+    "verdict._lines decodes the store's bytes first, but bytes.splitlines, bytes.strip and json.loads(bytes) "
+    "(UTF-8) give the same lines and dicts as on the decoded text"
+)
+EQUIVALENT.update(
+    {
+        **{f"{_CC}.verdict.x_digest__mutmut_{n}": _KEY_ORDER for n in (3, 5, 7)},  # sort_keys None, gone, False
+        f"{_CC}.verdict.x__lines__mutmut_2": _BYTES_PARSE,
+    }
+)

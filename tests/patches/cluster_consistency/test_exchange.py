@@ -12,19 +12,9 @@ import torch.distributed as dist
 
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.patches.cluster_consistency import exchange
-from sglang_overlay.patches.cluster_consistency.state import COMPARED, differences, local_state
-from sglang_overlay.patches.cluster_consistency.verdict import arrival, digest
+from sglang_overlay.patches.cluster_consistency.state import local_state
+from sglang_overlay.patches.cluster_consistency.verdict import NOT_THERE, arrival, digest
 from sglang_overlay.version import __version__
-
-
-@pytest.fixture(autouse=True)
-def records_here(tmp_path, monkeypatch):
-    """Each exchange keeps a peers record (``core.records``): in this test's folder, removed by nobody's atexit."""
-    monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
-    registered = []
-    monkeypatch.setattr(exchange.atexit, "register", lambda *a: registered.append(a))
-    monkeypatch.setattr(exchange, "_KEPT", set())
-    return registered
 
 
 def _ranks(world: int, store, wait_s: float = 5.0, nnodes: int = 2, only=None) -> dict:
@@ -107,15 +97,6 @@ def test_one_process_has_nothing_to_compare():
     assert exchange.check_cluster(0, 1)["ranks"] == 1
 
 
-def test_the_report_is_this_processes_declared_overlay(monkeypatch):
-    mine = local_state(0)
-    assert "cluster-consistency" in mine["patches"] and mine["strict"] is True
-    monkeypatch.setenv("SGLANG_OVERLAY_DISABLE", "moe-cp-compaction")
-    assert "moe-cp-compaction" not in local_state(0)["patches"]
-    assert differences(mine, local_state(0)) == ["patches not enabled there: moe-cp-compaction"]
-    assert set(COMPARED) <= set(mine) and differences(mine, {**mine, "host": "x", "pid": 1, "node": 7}) == []
-
-
 def test_the_hook_returns_upstreams_result_unchanged():
     from types import SimpleNamespace
 
@@ -182,17 +163,17 @@ def test_the_checks_cost_is_kept_in_milliseconds_to_two_decimals(monkeypatch):
 
     from sglang_overlay.core import peers, records
 
-    wall, cpu = iter([10.0, 10.0123456]), iter([5.0, 5.0045678])
+    wall, cpu = iter([10.0, 10.0123456]), iter([5.0, 5.045678])
     monkeypatch.setattr(exchange.time, "perf_counter", lambda: next(wall))
     monkeypatch.setattr(exchange.time, "process_time", lambda: next(cpu))
     store = dist.HashStore()
     _other_node(store, 1)
     found = exchange.check_cluster(0, 2, group=(store, 0, 2), wait_s=1)
     kept = peers.parse(records.read(os.getpid(), records.PEERS)[0])
-    assert found["seconds"] == pytest.approx(0.0123456) and (kept.wall_ms, kept.cpu_ms) == (12.35, 4.57)
+    assert found["seconds"] == pytest.approx(0.0123456) and (kept.wall_ms, kept.cpu_ms) == (12.35, 45.68)
 
 
-def test_a_job_with_a_process_group_uses_its_default_store(monkeypatch):
+def test_a_job_with_a_process_group_uses_its_default_store(monkeypatch, caplog):
     """In a server the group is the default process group's (rank, world and the store at --dist-init-addr). The
     group calls are replaced here, for two ranks of one process: no CPU process group of two exists in one process."""
     store = dist.HashStore()
@@ -201,28 +182,11 @@ def test_a_job_with_a_process_group_uses_its_default_store(monkeypatch):
     monkeypatch.setattr(dist, "get_rank", lambda: 0)
     monkeypatch.setattr(dist, "get_world_size", lambda: 2)
     monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
-    found = exchange.check_cluster(0, 2, wait_s=1)
+    with caplog.at_level(logging.INFO, logger="sglang_overlay"):
+        found = exchange.check_cluster(0, 2, wait_s=1)
     assert found["ranks"] == 2 and found["verdict"].ok and store.check([exchange.VERDICT])
-
-
-def test_a_patch_enabled_on_another_rank_only_is_named_as_such():
-    mine = local_state(0)
-    extra = {**mine, "patches": [*mine["patches"], "zz-extra"]}
-    fewer = {**mine, "patches": [p for p in mine["patches"] if p not in ("moe-cp-compaction", "openai-abort-status")]}
-    assert differences(mine, extra) == ["patches enabled there only: zz-extra"]
-    assert differences(mine, fewer) == ["patches not enabled there: moe-cp-compaction, openai-abort-status"]
-    both = {**mine, "patches": [*fewer["patches"], "zz-extra"]}
-    assert differences(mine, both) == [
-        "patches not enabled there: moe-cp-compaction, openai-abort-status; enabled there only: zz-extra"
-    ]
-
-
-def test_a_rank_names_itself_by_its_process_title_or_by_nothing(monkeypatch):
-    import sys
-
-    assert "title" in local_state(0)
-    monkeypatch.setitem(sys.modules, "setproctitle", None)  # not installed: the import fails
-    assert local_state(0)["title"] == ""
+    (line,) = [m for m in caplog.messages if "consistent" in m]
+    assert line.startswith("sglang-overlay: cluster of 2 ranks consistent (rank 0, node 0; checked in ")
 
 
 def test_what_ranks_write_to_the_store_is_compact_json():
@@ -234,3 +198,72 @@ def test_what_ranks_write_to_the_store_is_compact_json():
     _ranks(2, store, only=[0], nnodes=2)
     texts = [*store.get(exchange.ARRIVALS).decode().splitlines(), store.get(exchange.VERDICT).decode()]
     assert len(texts) == 3 and all(t == json.dumps(json.loads(t), separators=(",", ":")) for t in texts), texts
+
+
+def _later(fn, delay_s: float = 0.3) -> threading.Thread:
+    """``fn`` in a thread after ``delay_s``: the rank under test (this thread, so mutation testing sees its calls)
+    is then not the one that completes the count, and receives the verdict another rank published."""
+    import time
+
+    t = threading.Thread(target=lambda: (time.sleep(delay_s), fn()))
+    t.start()
+    return t
+
+
+def test_a_rank_that_does_not_complete_the_count_receives_the_published_verdict():
+    store = dist.HashStore()
+    late = _later(lambda: exchange.check_cluster(0, 1, group=(store, 1, 2), wait_s=5))
+    found = exchange.check_cluster(0, 1, group=(store, 0, 2), wait_s=5)
+    late.join(timeout=30)
+    assert found["verdict"].ok and found["verdict"].ranks == 2 and found["missing"] == []
+
+
+def test_a_rank_like_the_reference_is_not_said_to_differ_itself_and_every_finding_is_one_part():
+    """Rank 0 has what most ranks have; rank 1 differs and rank 2 never reported (3 ranks, 3 nodes)."""
+    store = dist.HashStore()
+    _other_node(store, 1, overlay="0.0.9")
+    store.append(exchange.ARRIVALS, arrival({**local_state(3), "node": 3}, 3))  # rank 3: like rank 0
+    store.add(exchange.ARRIVED, 1)
+    with pytest.raises(OverlayError) as refused:
+        exchange.check_cluster(0, 4, group=(store, 0, 4), wait_s=1)
+    text = str(refused.value)
+    assert "which differs itself" not in text and text.count(" | ") == 1
+    assert (
+        "rank 2 (node 2 by the rank layout) reported no overlay state within 1 s | rank 1 (node 1, host node-b" in text
+    )
+    assert text.endswith(f". {NOT_THERE}. Start every node from the same image with the same SGLANG_OVERLAY_* "
+                         "settings, or set SGLANG_OVERLAY_STRICT=0 to start anyway.")  # fmt: skip
+
+
+def test_the_hook_checks_with_the_servers_node_rank_and_node_count(monkeypatch):
+    """``after_group_init`` as upstream calls it on node 1 of 2: the rank's node and the job's node count are
+    the server's (the group calls replaced, as above)."""
+    import os
+    from types import SimpleNamespace
+
+    from sglang_overlay.core import peers, records
+
+    store = dist.HashStore()
+    store.append(exchange.ARRIVALS, arrival({**local_state(0), "node": 0}, 0))
+    store.add(exchange.ARRIVED, 1)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
+    result = object()
+    assert exchange.after_group_init(result, server_args=SimpleNamespace(node_rank=1, nnodes=2)) is result
+    kept = peers.parse(records.read(os.getpid(), records.PEERS)[0])
+    assert (kept.rank, kept.node, kept.verdict.nnodes, kept.verdict.ok) == (1, 1, 2, True)
+    assert [(g.ranks, g.node) for g in kept.verdict.nodes] == [("0", 0), ("1", 1)]
+
+
+def test_a_process_that_checks_twice_removes_its_record_once(records_here):
+    import os
+
+    from sglang_overlay.core import records
+
+    for _ in range(2):
+        store = dist.HashStore()
+        _other_node(store, 1)
+        exchange.check_cluster(0, 2, group=(store, 0, 2), wait_s=1)
+    assert records_here == [(records.forget, os.getpid(), records.PEERS)]

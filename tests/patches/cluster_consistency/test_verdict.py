@@ -24,12 +24,6 @@ _BENCH.loader.exec_module(bench)
 Counted = bench.Counted  # the store as one rank's client, its requests counted (the benchmark's own)
 
 
-@pytest.fixture(autouse=True)
-def records_here(tmp_path, monkeypatch):
-    monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
-    monkeypatch.setattr(exchange.atexit, "register", lambda *a: None)
-
-
 def _job(world: int, nnodes: int, wait_s: float = 5.0, skip=(), change=None) -> dict:
     """Every rank not in ``skip`` as a thread; ``change``: rank -> report fields it changes. rank -> (result, ops)."""
     store, out = dist.HashStore(), {}
@@ -143,6 +137,10 @@ def test_more_counts_the_groups_left_unnamed_when_missing_and_differing_groups_a
     verdict = judge(_lines({r: c for r, c in reports.items() if r not in missing}), world, world // 2, 1.0)
     assert len(verdict.missing) == 2 and len(verdict.differing) == MAX_GROUPS - 2
     assert verdict.more == (world // 2 - 3) - (MAX_GROUPS - 2)  # the differing nodes not named
+    from sglang_overlay.patches.cluster_consistency.verdict import digest, refusal
+
+    text = refusal(verdict, {**MINE, "node": 0}, 0, digest(MINE))
+    assert f" | {verdict.more} more groups of ranks differ or are missing. " in text
 
 
 def test_the_digest_is_sixteen_hex_digits_of_what_must_agree():
@@ -152,3 +150,9 @@ def test_the_digest_is_sixteen_hex_digits_of_what_must_agree():
 
     assert re.fullmatch("[0-9a-f]{16}", digest(MINE))
     assert digest({**MINE, "host": "elsewhere", "pid": 1}) == digest(MINE) != digest({**MINE, "strict": False})
+
+
+def test_on_one_node_every_missing_rank_is_on_node_0():
+    """``--tp-size 4`` on one node: rank 3 never reported, and the rank layout puts it on node 0."""
+    verdict = judge("".join(arrival({**MINE, "node": 0, "pid": r}, r) for r in range(3)), 4, 1, 1.0)
+    assert [(g.ranks, g.node) for g in verdict.missing] == [("3", 0)]
