@@ -267,3 +267,18 @@ def test_a_process_that_checks_twice_removes_its_record_once(records_here):
         _other_node(store, 1)
         exchange.check_cluster(0, 2, group=(store, 0, 2), wait_s=1)
     assert records_here == [(records.forget, os.getpid(), records.PEERS)]
+
+
+def test_a_rank_not_elected_takes_the_verdict_the_elected_rank_publishes_late():
+    """Rank 1 never reports; rank 0's first wait times out, another rank is already elected, and that rank
+    publishes during rank 0's second wait (at 3 s of 2 + 2): rank 0 refuses with the published verdict."""
+    store = dist.HashStore()
+    store.add(exchange.ELECTED, 1)
+    _other_node(store, 2)  # the elected rank's own line (node 1 of the 3-rank layout's ranks 2)
+    late = _later(lambda: exchange._publish(store, 3, 3, 2.0), delay_s=3.0)
+    with pytest.raises(
+        OverlayError, match=r"rank 1 \(node 1 by the rank layout\) reported no overlay state within 2 s"
+    ):
+        exchange.check_cluster(0, 3, group=(store, 0, 3), wait_s=2)
+    late.join(timeout=30)
+    assert store.add(exchange.ELECTED, 0) == 2  # rank 0 asked once, after the rank already elected
