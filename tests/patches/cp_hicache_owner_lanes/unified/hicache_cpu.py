@@ -140,6 +140,7 @@ class Harness:
         layers: int = 2,
         eviction_policy: str = "lru",
         device: str = "cpu",
+        enable_metrics: bool = False,
     ):
         from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
         from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
@@ -183,6 +184,7 @@ class Harness:
             eviction_policy=eviction_policy,
             tree_components=(ComponentType.FULL,),
             tree_core_backend="python",
+            enable_metrics=enable_metrics,  # upstream's metrics collector, as --enable-metrics builds it
         )
         self.cache = UnifiedRadixCache(params)
         self.cache.init_hicache(server_args, params)
