@@ -10,8 +10,8 @@ pin's environment (``.venv``), the folder ``.gpu_carry/`` (git-ignored; name it 
   (the benchmarks, ``tests/support``'s builders, the overlay), each file as the pin's wheel installed it,
   with sglang's dist-info (the overlay reads the installed version from it) and the JIT kernels' C++/CUDA
   sources (``sglang/kernels/jit/include``, ``csrc``: upstream's JIT loader requires them at import and
-  compiles from them on CUDA). No compiled file: the
-  wheel's Rust extensions are cp311 builds and nothing on the check's path imports them.
+  compiles from them on CUDA). No compiled file: the wheel's Rust extensions are cp311 builds and nothing on
+  the check's path imports them.
 - ``pure.tar.gz``: the pure-Python distributions the check imports that the device's image lacks,
   whole (their files as installed here).
 - ``wheels/``: the cp312 wheels of the compiled distributions the check imports that the image lacks
@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from importlib.metadata import files, packages_distributions, version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,6 +77,7 @@ CHECK_FILES = (
     "tests/support/moe_standins.py",
     "tests/patches/moe_cp_compaction/forward_context/standins.py",
     "tests/patches/cp_hicache_owner_lanes/unified/hicache_cpu.py",
+    "tests/patches/cp_hicache_owner_lanes/unified/hicache_cpu_standins.py",
     "tests/support/hicache_tensor_count.py",
     "tests/support/runtime.py",
 )
@@ -119,6 +121,7 @@ if cuda:  # every module of the closure (lazy imports included): does the sgl_ke
     if bad:
         sys.exit("the sgl_kernel stand-in does not answer what these modules import on a CUDA host:\\n" + "\\n".join(bad))
 """
+PLATFORMS = tuple(f"manylinux{tag}_x86_64" for tag in ("_2_28", "_2_17", "2014", "_2_5", "1"))  # pip download's
 STAND_IN = REPO / "tests" / "support" / "real_server" / "standins" / "sgl_kernel"
 
 
@@ -194,8 +197,6 @@ def trace(python: str, tmp: Path, closure) -> dict:
 
 def third_party(site: Path, traced: dict) -> dict:
     """{distribution: [its top-level names]} the trace imported from ``site``, sglang and the image's left out."""
-    from importlib.metadata import packages_distributions
-
     dists = packages_distributions()
     needed: dict = {}
     for file in _site_files(site, traced):
@@ -207,14 +208,10 @@ def third_party(site: Path, traced: dict) -> dict:
 
 
 def is_compiled(dist: str) -> bool:
-    from importlib.metadata import files
-
     return any(str(f).endswith((".so", ".pyd")) for f in files(dist) or ())
 
 
 def add_dist_files(tar: tarfile.TarFile, site: Path, dist: str) -> None:
-    from importlib.metadata import files
-
     for f in files(dist) or ():
         path = site / f
         if path.is_file() and "__pycache__" not in f.parts and path.resolve().is_relative_to(site):
@@ -246,14 +243,10 @@ def build(out: Path, python: str) -> dict:
     with tarfile.open(out / "pure.tar.gz", "w:gz") as tar:
         for dist in pure:
             add_dist_files(tar, site, dist)
-    from importlib.metadata import version
-
     pins = [f"{d}=={version(d)}" for d in compiled]
     if pins:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        "--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
-                        "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-                        "--platform", "manylinux_2_5_x86_64", "--platform", "manylinux1_x86_64",
+                        "--python-version", "3.12", "--implementation", "cp", *(a for p in PLATFORMS for a in ("--platform", p)),
                         "-d", str(out / "wheels"), *pins], check=True)  # fmt: skip
     manifest = dict(
         sglang=version("sglang"),
@@ -268,8 +261,6 @@ def build(out: Path, python: str) -> dict:
 
 
 def _dists_of(site: Path, traced: dict):
-    from importlib.metadata import packages_distributions
-
     dists = packages_distributions()
     for file in _site_files(site, traced):
         yield from dists.get(file.relative_to(site).parts[0].split(".")[0], ())

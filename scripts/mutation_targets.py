@@ -42,8 +42,11 @@ DECLARED = {
         "moe-cp-compaction",
         modules=("layout", "producers", "batch_layout", "rows", "boundary"),
         tests=("test_layout.py", "test_batch_layout.py", "test_boundary.py"),
-        releases={"explicit_count": (("forward",), ("test_boundary.py", "test_startup.py")),
-                  "forward_context": (("forward",), ("test_boundary.py", "test_startup.py"))},
+        releases={"explicit_count": (("forward",), ("test_boundary_rows.py", "test_boundary_cost.py",
+                                                    "test_boundary_hash_routing.py", "test_boundary_guards.py",
+                                                    "test_startup.py")),
+                  "forward_context": (("forward",), ("test_boundary_rows.py", "test_boundary_guards.py",
+                                                     "test_startup.py"))},
         deselect="not the_plugin_path_hooks_the_boundary",  # a fresh interpreter per mutant, hooking only
     ),
     "abort": Declared(

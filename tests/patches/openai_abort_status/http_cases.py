@@ -1,6 +1,6 @@
 """The HTTP side of openai-abort-status's real-server tests: requests to upstream's OpenAI routes on a scripted
 server (``tests/support/abort_scripts.py``), their streamed payloads read back, and what a well-formed error
-must say. Shared by ``test_http.py`` and the release folders' own HTTP tests.
+must say. Shared by ``test_http_answers.py``, ``test_http_switches.py`` and the release folders' own HTTP tests.
 
 Invariant: raw httpx reads (no client-side retries); nothing here starts a server. Cost: one request per call.
 """
@@ -62,6 +62,14 @@ def error_body(key: str) -> dict:
     """The OpenAI error object the patched server answers with an HTTP error status."""
     status, _ = EXPECTED_STATUS[key]
     return {"object": "error", "type": str(status.value), "param": None, "code": status.value}
+
+
+def bad_request_body(key: str) -> dict:
+    """The answer to a 400 abort, patched or not: upstream's own. ``_handle_abort_finish_reason`` raises ValueError
+    and the OpenAI handler answers with create_error_response's defaults (type "BadRequestError"), where every
+    other error status goes through HTTPException (type "<code>"). The string "400" gets it too."""
+    return {"object": "error", "message": f"scripted abort {key}", "type": "BadRequestError", "param": None,
+            "code": 400}  # fmt: skip
 
 
 def check_message(message: str, key: str) -> None:

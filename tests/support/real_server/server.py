@@ -6,23 +6,17 @@ Usage (a context manager; ``tests/e2e/conftest.py`` wraps it in fixtures, ``scri
     with running_server(ServerConfig(overlay=True, launcher="overlay"), log_dir=tmp) as srv:
         httpx.get(f"{srv.url}/v1/models")
 
-What a launch is: ``sglang-overlay launch ...`` (``launcher="overlay"``) or ``python -m sglang.launch_server
-...`` (``launcher="sglang"``), with ``SGLANG_USE_CPU_ENGINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1``, the
-CPU flags of ``CPU_FLAGS`` (``--disable-overlap-schedule`` matters: 20x the decode rate on 2 cores;
-``--sleep-on-idle`` too: an idle scheduler otherwise spins a core, measured 99.4% against 1.0% with it, so the
-pool's other live servers starved the one under test on 2 cores and timing probes missed their window), the tiny
-offline model (``model.py``) and ``standins/`` first on ``PYTHONPATH`` (the ``sgl_kernel`` stand-in and the
-``cpu_standins`` plugin). ``SGLANG_PLUGINS`` is ``cpu_standins,sglang_overlay`` for the overlay and
-``cpu_standins`` for pure upstream, so both sides carry the same stand-ins.
+What a launch is (command, environment, CPU flags, stand-ins) is ``launch_config.py``'s ``ServerConfig``, with
+the tiny offline model (``model.py``); ``CPU_FLAGS``' ``--disable-overlap-schedule`` matters: 20x the decode rate
+on 2 cores; ``--sleep-on-idle`` too: an idle scheduler otherwise spins a core, measured 99.4% against 1.0% with
+it, so the pool's other live servers starved the one under test on 2 cores and timing probes missed their
+window. The readiness wait is ``readiness.py``; the launch's processes and stopping them whole ``process.py``
+(the names are re-exported here).
 
-Invariants: the server runs in a new session (its own process group); ``stop()`` sends SIGTERM to the group,
-then SIGKILL, then kills by pid any descendant that left the group, and reports survivors (``orphans``): after
-``stop()`` no process of this launch is alive. Start-up failures raise ``ServerStartError`` with the log tail
-as soon as the process dies (never a silent wait to the timeout); an HTTP port another process took before
-uvicorn bound it (``PortTaken``) is retried on a new port, ``PORT_ATTEMPTS`` launches in all. Every
-process of a launch inherits ``SGLANG_OVERLAY_TEST_SERVER=<launch id>``, so leftovers that left the group can
-be found by environment (SGLang's ``setproctitle`` hides the environment of renamed processes such as ``sglang::scheduler``: those
-are covered by the group kill and by the pid snapshot ``stop()`` takes first).
+Invariants: the server runs in a new session (its own process group); after ``stop()`` no process of this
+launch is alive (``process.py``). Start-up failures raise ``ServerStartError`` with the log tail as soon as the
+process dies (never a silent wait to the timeout); an HTTP port another process took before uvicorn bound it
+(``PortTaken``) is retried on a new port, ``PORT_ATTEMPTS`` launches in all; a failed launch is stopped whole.
 Cost: a launch is 20-40 s to ready on 2 warm cores (90-120 s cold); polling is one HTTP request per 0.5 s.
 """
 
@@ -30,154 +24,44 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
-from tests.support.env import overlay_cwd, overlay_path, subprocess_env
+from tests.support.env import overlay_cwd, subprocess_env
+from tests.support.real_server.launch_config import (
+    ABORT_FLAGS,
+    CPU_FLAGS,
+    HICACHE_FLAGS,
+    LAUNCH_ID_ENV,
+    OVERLAY_PLUGIN,
+    RUNNING_TIMEOUT_S,
+    STANDIN_PLUGIN,
+    STANDINS,
+    VENV_BIN,
+    ServerConfig,
+)
 from tests.support.real_server.model import build_tiny_model
-
-STANDINS = Path(__file__).resolve().parent / "standins"
-VENV_BIN = Path(sys.executable).parent
-STANDIN_PLUGIN = "cpu_standins"
-OVERLAY_PLUGIN = "sglang_overlay"
-LAUNCH_ID_ENV = "SGLANG_OVERLAY_TEST_SERVER"
-
-CPU_FLAGS = (
-    "--device",
-    "cpu",
-    "--attention-backend",
-    "torch_native",
-    "--sampling-backend",
-    "pytorch",
-    "--disable-cuda-graph",
-    "--disable-overlap-schedule",
-    "--sleep-on-idle",
-    "--mem-fraction-static",
-    "0.05",
-    "--max-total-tokens",
-    "8192",
-)
-# Real scheduler-side error-status aborts, reachable on demand (see tests/e2e/test_abort_matrix.py):
-# a request with a priority is refused with 503 (scheduler.py:3229-3256), a full waiting queue refuses
-# with 503 (scheduler.py:3258-3297), a request running longer than the timeout ends with 503
-# (SGLANG_REQ_RUNNING_TIMEOUT, scheduler.py:3299-3353 and abort_request :5363-5369).
-RUNNING_TIMEOUT_S = 4.0
-ABORT_FLAGS = (
-    "--max-running-requests",
-    "2",
-    "--max-queued-requests",
-    "1",
-    "--abort-on-priority-when-disabled",
-)
-HICACHE_FLAGS = (
-    "--enable-hierarchical-cache",
-    "--hicache-io-backend",
-    "direct",
-    "--hicache-mem-layout",
-    "layer_first",
+from tests.support.real_server.process import RealServer, launch_processes
+from tests.support.real_server.readiness import (
+    MAX_WORKER_DEATHS,
+    WORKER_DIED,
+    PortTaken,
+    ServerStartError,
+    wait_ready,
 )
 
+__all__ = [
+    "ABORT_FLAGS", "CPU_FLAGS", "HICACHE_FLAGS", "LAUNCH_ID_ENV", "MAX_WORKER_DEATHS", "OVERLAY_PLUGIN",
+    "PORT_ATTEMPTS", "RUNNING_TIMEOUT_S", "STANDINS", "STANDIN_PLUGIN", "VENV_BIN", "WORKER_DIED", "PortTaken",
+    "RealServer", "ServerConfig", "ServerStartError", "free_port", "free_port_block", "launch_processes",
+    "run_status", "running_server", "start_server", "wait_ready",
+]  # fmt: skip
 
-class ServerStartError(RuntimeError):
-    """The server died or never became ready; the message ends with its log tail."""
-
-
-class PortTaken(ServerStartError):
-    """Another process bound the HTTP port between ``free_port()`` and uvicorn's bind (SGLang picks its
-    internal ports at random too); uvicorn then waits for shutdown instead of exiting. Retried on a new port."""
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """One way to launch the server. ``overlay=False`` is pure upstream (always through SGLang's launcher)."""
-
-    overlay: bool = True
-    launcher: str = "sglang"  # "overlay": sglang-overlay launch; "sglang": python -m sglang.launch_server
-    ipc: str = "pickle"  # "pickle" or "msgpack" (SGLANG_USE_PICKLE_IPC)
-    tokenizer_workers: int = 1
-    abort_triggers: bool = False  # ABORT_FLAGS + SGLANG_REQ_RUNNING_TIMEOUT
-    hicache: bool = False
-    max_running_requests: int = 8
-    extra_args: tuple = ()
-    env: tuple = ()  # (("NAME", "value"), ...): hashable, so configs can key a cache
-    api_key: str | None = None  # --api-key: every request but upstream's exemptions must carry it
-    pythonpath_first: tuple = ()  # directories before everything else (e.g. another checkout of the overlay)
-
-    def __post_init__(self):
-        if self.launcher not in ("overlay", "sglang"):
-            raise ValueError(f"launcher must be 'overlay' or 'sglang', not {self.launcher!r}")
-        if self.ipc not in ("pickle", "msgpack"):
-            raise ValueError(f"ipc must be 'pickle' or 'msgpack', not {self.ipc!r}")
-        if self.launcher == "overlay" and not self.overlay:
-            raise ValueError("sglang-overlay launch refuses a server without the overlay: use launcher='sglang'")
-
-    @property
-    def name(self) -> str:
-        parts = ["overlay" if self.overlay else "upstream", self.ipc, f"w{self.tokenizer_workers}"]
-        if self.launcher == "overlay":
-            parts.append("cli")
-        if self.abort_triggers:
-            parts.append("aborts")
-        if self.hicache:
-            parts.append("hicache")
-        if self.api_key:
-            parts.append("key")
-        if "--tp-size" in self.extra_args:
-            parts.append("tp" + self.extra_args[self.extra_args.index("--tp-size") + 1])
-        return "-".join(parts)
-
-    def server_args(self, model_dir: Path, port: int) -> list[str]:
-        args = ["--model-path", str(model_dir), "--host", "127.0.0.1", "--port", str(port), *CPU_FLAGS]
-        if self.abort_triggers:
-            args += ABORT_FLAGS
-        else:
-            args += ["--max-running-requests", str(self.max_running_requests)]
-        if self.tokenizer_workers > 1:
-            args += ["--tokenizer-worker-num", str(self.tokenizer_workers)]
-        if self.hicache:
-            args += HICACHE_FLAGS
-        if self.api_key:
-            args += ["--api-key", self.api_key]
-        return args + list(self.extra_args)
-
-    def command(self, model_dir: Path, port: int) -> list[str]:
-        if self.launcher == "overlay":
-            head = [str(VENV_BIN / "sglang-overlay"), "launch"]
-        else:
-            head = [sys.executable, "-m", "sglang.launch_server"]
-        return head + self.server_args(model_dir, port)
-
-    def environment(self, launch_id: str) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [*self.pythonpath_first, str(STANDINS), *overlay_path(), os.environ.get("PYTHONPATH", "")])
-        )
-        env.update(
-            SGLANG_USE_CPU_ENGINE="1",
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-            SGLANG_USE_PICKLE_IPC="1" if self.ipc == "pickle" else "0",
-            SGLANG_PLUGINS=f"{STANDIN_PLUGIN},{OVERLAY_PLUGIN}" if self.overlay else STANDIN_PLUGIN,
-            PYTHONUNBUFFERED="1",
-            # uvicorn pings each tokenizer worker and kills one that does not answer in 10 s (SGLang's default);
-            # a worker importing sglang on 2 loaded cores misses that, upstream and overlay alike (one death on
-            # each side in a back-to-back control run). SGLang's own knob gives them time; it changes nothing else.
-            SGLANG_UVICORN_WORKER_HEALTHCHECK_TIMEOUT="120",
-        )
-        env[LAUNCH_ID_ENV] = launch_id
-        if self.abort_triggers:
-            env["SGLANG_REQ_RUNNING_TIMEOUT"] = str(RUNNING_TIMEOUT_S)
-        env.update(dict(self.env))
-        return env
+PORT_ATTEMPTS = 3
 
 
 def run_status(url: str, *extra: str, **env: str) -> subprocess.CompletedProcess:
@@ -208,172 +92,6 @@ def free_port_block(count: int) -> int:
                 continue
         return base
     raise RuntimeError(f"no block of {count} free ports found on 127.0.0.1")
-
-
-@dataclass
-class RealServer:
-    """A launched server: its URL, root process, log and the seconds it took to be ready."""
-
-    config: ServerConfig
-    port: int
-    process: subprocess.Popen
-    log_path: Path
-    launch_id: str
-    time_to_ready: float = 0.0
-    orphans: list = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
-
-    def processes(self) -> list:
-        """The root process and every live descendant (psutil.Process objects)."""
-        import psutil
-
-        try:
-            root = psutil.Process(self.pid)
-            return [root] + root.children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-
-    def tokenizer_workers(self) -> list:
-        """The live processes titled ``sglang::tokenizer_worker:<pid>`` (set in ``TokenizerWorker.__init__``)."""
-        found = []
-        for proc in self.processes():
-            try:
-                if "tokenizer_worker" in " ".join(proc.cmdline()):
-                    found.append(proc)
-            except Exception:  # psutil.Error: the process went between listing and reading
-                continue
-        return found
-
-    def stop(self, grace_s: float = 20.0) -> list[int]:
-        """Stop the whole launch; returns (and records) pids that had to be killed outside the group."""
-        known = {p.pid for p in self.processes()}
-        if self.process.poll() is None:
-            _signal_group(self.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
-        _signal_group(self.pid, signal.SIGKILL)
-        if self.process.poll() is None:
-            self.process.wait(timeout=10)
-        self.orphans = _kill_leftovers(self.launch_id, known)
-        return self.orphans
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def launch_processes(launch_id: str) -> list:
-    """Live processes whose environment carries this launch id (wherever they ended up)."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(LAUNCH_ID_ENV) == launch_id:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def _alive(pid: int):
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        return None if proc.status() == psutil.STATUS_ZOMBIE else proc
-    except psutil.Error:
-        return None
-
-
-def _kill_leftovers(launch_id: str, known: set[int]) -> list[int]:
-    """Wait up to 10 s for the launch's processes to go, then kill the survivors by pid; returns their pids."""
-    import psutil
-
-    deadline = time.monotonic() + 10
-    while True:
-        pids = {p.pid for p in launch_processes(launch_id)} | set(known)
-        alive = [proc for proc in map(_alive, sorted(pids)) if proc is not None]
-        if not alive or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    return sorted(p.pid for p in alive)
-
-
-WORKER_DIED = "Child process ["  # uvicorn's supervisor: "Child process [PID] died" (it then respawns)
-MAX_WORKER_DEATHS = 3
-PORT_ATTEMPTS = 3
-
-
-def _wait_ready(server: RealServer, timeout_s: float, poll_s: float = 0.5) -> None:
-    """Poll until ready; fail at once when the root process exits or tokenizer workers keep dying.
-
-    Ready means ``/health`` and ``/v1/models`` answer and, with ``--tokenizer-worker-num N``, all N workers
-    have entered ``TokenizerWorker.__init__``: one worker answers HTTP while uvicorn may still be spawning
-    the next on loaded cores (CI saw a w2 server "ready" with one worker)."""
-    start = time.monotonic()
-    headers = {"Authorization": f"Bearer {server.config.api_key}"} if server.config.api_key else {}
-    with httpx.Client(timeout=5.0, headers=headers) as client:
-        while True:
-            code = server.process.poll()
-            if code is not None:
-                raise ServerStartError(
-                    f"server {server.config.name} exited with {code} before it was ready; "
-                    f"log {server.log_path}:\n{server.log_tail()}"
-                )
-            log = server.log_text()
-            if f"('127.0.0.1', {server.port}): address already in use" in log:
-                raise PortTaken(
-                    f"server {server.config.name}: port {server.port} was taken before uvicorn bound it; "
-                    f"log {server.log_path}"
-                )
-            deaths = sum(1 for line in log.splitlines() if WORKER_DIED in line and "died" in line)
-            if deaths >= MAX_WORKER_DEATHS:
-                raise ServerStartError(
-                    f"server {server.config.name}: {deaths} tokenizer workers died before it was "
-                    f"ready (uvicorn respawns them forever); log {server.log_path}:\n{server.log_tail()}"
-                )
-            try:
-                if (
-                    client.get(f"{server.url}/health").status_code == 200
-                    and client.get(f"{server.url}/v1/models").status_code == 200
-                    and (
-                        server.config.tokenizer_workers == 1
-                        or len(server.tokenizer_workers()) >= server.config.tokenizer_workers
-                    )
-                ):
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() - start > timeout_s:
-                raise ServerStartError(
-                    f"server {server.config.name} not ready after {timeout_s:.0f} s; "
-                    f"log {server.log_path}:\n{server.log_tail()}"
-                )
-            time.sleep(poll_s)
 
 
 def start_server(
@@ -415,7 +133,7 @@ def _start_once(config: ServerConfig, log_dir: Path, model_dir: Path, timeout_s:
         )
     server = RealServer(config, port, proc, log_path, launch_id)
     try:
-        _wait_ready(server, timeout_s, poll_s)
+        wait_ready(server, timeout_s, poll_s)
     except BaseException:
         server.stop(grace_s=5)
         raise

@@ -2,7 +2,7 @@
 
 Trees are upstream's real HiRadixCache over a real PageInterleavePoolAllocator
 (tests/support/hicache_trees.py). The planner's semantics are tested on every pin on the
-stand-in (``tests/support/plain_tree.py``, ``../test_planner.py``); here, on the release whose
+stand-in (``tests/support/plain_tree.py``, ``../test_planner_*.py``); here, on the release whose
 class the stand-in copies, each spec is grown on both: the stand-in must hold the same nodes,
 metadata, locks and evictable leaves, in the same priority order, and the planner must plan the
 same nodes on both, with no tensor work on the real cache and every oracle property

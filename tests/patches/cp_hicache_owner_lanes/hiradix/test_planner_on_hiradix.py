@@ -2,7 +2,7 @@
 
 What holds on the real class only: planning reads no tensor, the index the hiradix state installs follows
 upstream's own leaf set, and the load-back hook hands it to the planner. The planner's semantics run on
-every pin on the stand-in tree (``../test_planner.py``), held to this class by ``test_planner_chains.py``.
+every pin on the stand-in tree (``../test_planner_*.py``), held to this class by ``test_planner_chains.py``.
 """
 
 from __future__ import annotations

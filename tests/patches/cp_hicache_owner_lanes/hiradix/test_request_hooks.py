@@ -4,7 +4,7 @@ for the inserts upstream makes inside the call (the rotation base ``insert`` sta
 
 ``original`` is a recording stand-in for upstream's method (the hooks' contract is the call they make);
 the cache is a bare object: with the patch's state attribute set it counts as page-interleaved
-(``state_of`` returns it), without it as any other cache. The real caches are in test_owner_lanes.py.
+(``state_of`` returns it), without it as any other cache. The real caches are in test_rotation.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Upstream sglang < 0.5.23's own answers to aborts over real HTTP (the patch off): the listed codes only.
 
 A scripted model behind upstream's OpenAI routes and handlers (tests/support/scripted_server.py); the helpers
-are the root test_http.py's. What the patch answers instead is tested there, on every release.
+are the root http_cases.py's. What the patch answers instead is tested in test_http_answers.py, on every release.
 """
 
 from __future__ import annotations

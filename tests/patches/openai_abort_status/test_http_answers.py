@@ -1,12 +1,13 @@
-"""openai-abort-status over real HTTP: upstream's OpenAI routes and handlers, a scripted model.
+"""openai-abort-status over real HTTP on the patched server: upstream's OpenAI routes and handlers, a scripted
+model, the overlay through the plugin path with its defaults.
 
-Three servers (one per configuration, shared by every case of it):
-* ``patched``: the overlay through the plugin path, defaults;
-* ``in_band``: the same with ``SGLANG_OVERLAY_ABORT_HTTP_STATUS=0``;
-* ``upstream``: ``SGLANG_OVERLAY_DISABLE=openai-abort-status`` (0.5.20 as shipped).
-Every abort code of the issue is sent through chat and completions, streaming
-(before and after the first chunk) and non-streaming, with raw httpx reads and
-with the ``openai`` client.
+Every abort code of the issue is sent through chat and completions, streaming (before and after the first chunk)
+and non-streaming, with raw httpx reads and with the ``openai`` client; then the scheduler's AbortReq echo path,
+n=2, a 400 keeping upstream's bad-request answer and 200 concurrent streams. The switches around the patch (the
+status off, the patch off, msgpack IPC) are test_http_switches.py's.
+Invariant: an abort with an error status answers an HTTP error before the first chunk and an in-band error event
+after it; the server is left with no request state and no traceback (checked last). Cost: one server in a fresh
+process for the module (``ci_slow``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.patches.openai_abort_status.http_cases import (
     KEYS,
     PATHS,
     SCRIPT,
+    bad_request_body,
     body_for,
     call,
     check_clean,
@@ -38,24 +40,12 @@ from tests.patches.openai_abort_status.http_cases import (
 from tests.support.abort_scripts import BAD_REQUEST_KEYS, EXPECTED_STATUS
 from tests.support.scripted_server import serve_openai
 
-pytestmark = pytest.mark.ci_slow  # upstream's HTTP server in a fresh process per configuration
+pytestmark = pytest.mark.ci_slow  # upstream's HTTP server in a fresh process
 
 
 @pytest.fixture(scope="module")
 def patched():
     with serve_openai(SCRIPT) as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def in_band():
-    with serve_openai(SCRIPT, env={"SGLANG_OVERLAY_ABORT_HTTP_STATUS": "0"}) as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with serve_openai(SCRIPT, env={"SGLANG_OVERLAY_DISABLE": "openai-abort-status"}) as handle:
         yield handle
 
 
@@ -166,14 +156,7 @@ def test_scheduler_abort_echo_path(patched_client, key, mode):
 
 # --------------------------------------------------------------------------- 400: upstream's bad-request path
 
-# A 400 abort keeps upstream's own answer: _handle_abort_finish_reason raises ValueError and the
-# OpenAI handler answers with create_error_response's defaults (type "BadRequestError"), where
-# every other error status goes through HTTPException (type "<code>"). The string "400" gets it too.
-
-
-def bad_request_body(key: str) -> dict:
-    return {"object": "error", "message": f"scripted abort {key}", "type": "BadRequestError", "param": None,
-            "code": 400}  # fmt: skip
+# A 400 abort keeps upstream's own answer (http_cases.bad_request_body says why).
 
 
 @pytest.mark.parametrize("via", ["output", "abort_req"])
@@ -193,13 +176,6 @@ def test_400_abort_in_a_stream(patched_client, key, endpoint):
     payloads = ok_stream(str(patched_client.base_url), endpoint, key, after=2)
     assert errors(payloads) == [{"object": "error", "message": f"scripted abort {key}", "type": "BAD_REQUEST",
                                  "param": None, "code": 400}]  # fmt: skip
-
-
-@pytest.mark.parametrize("key", ["httpstatus_400", "int_400"])
-def test_upstream_answers_a_400_abort_the_same(upstream, key):
-    with httpx.Client(base_url=upstream.base_url, timeout=30) as client:
-        r = call(client, "chat", key, after=2, stream=False)
-    assert (r.status_code, r.json()) == (400, bad_request_body(key))
 
 
 # --------------------------------------------------------------------------- patched: openai client
@@ -294,75 +270,3 @@ def test_200_concurrent_streams_terminate_and_leave_no_state(patched):
 
 def test_patched_server_is_clean(patched):
     check_clean(patched)
-
-
-# --------------------------------------------------------------------------- switch off the HTTP status
-
-
-@pytest.mark.parametrize("endpoint", ENDPOINTS)
-@pytest.mark.parametrize("key", ["int_503", "str_abc"])
-def test_env_off_keeps_the_in_band_error_before_the_first_chunk(in_band, endpoint, key):
-    payloads = ok_stream(in_band.base_url, endpoint, key, after=0)
-    (error,) = errors(payloads)
-    status, _ = EXPECTED_STATUS[key]
-    assert payloads[0] == {"error": error}  # the first event
-    assert (error["code"], error["type"]) == (status.value, status.name)
-    with httpx.Client(base_url=in_band.base_url, timeout=30) as client:  # non-streaming: unaffected
-        assert call(client, endpoint, key, after=0, stream=False).status_code == status.value
-
-
-def test_in_band_server_is_clean(in_band):
-    check_clean(in_band)
-
-
-# --------------------------------------------------------------------------- without the overlay
-
-
-# What 0.5.20 answers (written out): a plain or numpy 503 in a stream is a graceful abort;
-def test_upstream_answers_http_200_for_an_abort_before_the_first_chunk(upstream):
-    payloads = ok_stream(upstream.base_url, "chat", "httpstatus_503", after=0)
-    assert [e["code"] for e in errors(payloads)] == [503]
-
-
-def test_upstream_patch_is_off(upstream):
-    assert "openai-abort-status" not in upstream.stats()["overlay"]["applied"]
-
-
-def test_a_malformed_switch_refuses_start_up():
-    with pytest.raises(RuntimeError, match="during start-up") as info:
-        with serve_openai(SCRIPT, env={"SGLANG_OVERLAY_ABORT_HTTP_STATUS": "maybe"}):
-            pass
-    assert "SGLANG_OVERLAY_ABORT_HTTP_STATUS='maybe'" in str(info.value)
-
-
-# --------------------------------------------------------------------------- msgpack IPC: where plain ints come from
-
-# Under SGLANG_USE_PICKLE_IPC=0 upstream's own msgpack codec carries the scheduler's
-# HTTPStatus.SERVICE_UNAVAILABLE across the process boundary as a plain int 503.
-
-
-@pytest.fixture(scope="module")
-def msgpack_servers():
-    with serve_openai(SCRIPT, env={"SGLANG_USE_PICKLE_IPC": "0"}) as patched_mp:
-        with serve_openai(
-            SCRIPT, env={"SGLANG_USE_PICKLE_IPC": "0", "SGLANG_OVERLAY_DISABLE": "openai-abort-status"}
-        ) as upstream_mp:
-            yield patched_mp, upstream_mp
-
-
-@pytest.mark.parametrize("via", ["output", "abort_req"])
-def test_msgpack_ipc_turns_the_enum_into_an_int_and_only_the_patch_reports_it(msgpack_servers, via):
-    patched_mp, upstream_mp = msgpack_servers
-    after = ok_stream(patched_mp.base_url, "chat", "httpstatus_503", after=2, via=via)
-    assert [(e["code"], e["type"]) for e in errors(after)] == [(503, "SERVICE_UNAVAILABLE")]
-    with httpx.Client(base_url=patched_mp.base_url, timeout=30) as client:
-        assert call(client, "chat", "httpstatus_503", after=0, stream=True, via=via).status_code == 503
-
-    for after_words in (0, 2):  # upstream: a graceful abort, HTTP 200, no error anywhere
-        payloads = ok_stream(upstream_mp.base_url, "chat", "httpstatus_503", after=after_words, via=via)
-        assert errors(payloads) == [] and finish_reasons(payloads) == ["abort"]
-
-
-def test_msgpack_servers_are_clean(msgpack_servers):
-    for server in msgpack_servers:
-        check_clean(server)
