@@ -20,7 +20,7 @@ from sglang_overlay.patches.cp_hicache_owner_lanes.report import logger
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified import gate as gate_module
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
 from tests.patches.cp_hicache_owner_lanes.unified.hicache_cpu import Harness
-from tests.patches.cp_hicache_owner_lanes.unified.load_back_oracles import loaded_lanes
+from tests.patches.cp_hicache_owner_lanes.unified.load_back_oracles import loaded_lanes, short_lane_2
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -74,13 +74,7 @@ def test_leaf_index_survives_reset():
     h = Harness()
     state = state_of(h.cache)
     for round_ in range(2):
-        keys, _ = h.chain(0, 4)
-        node = h.to_host(keys)
-        for lane in (0, 1, 2, 3, 2):
-            h.chain(lane, 1)
-        for lane, pages in enumerate(h.alloc.class_free_page_counts()):
-            h.hold(lane, pages - (0 if lane == 2 else 1))
-        assert h.load(node) == (True, h.ps), round_
+        assert h.load(short_lane_2(h)) == (True, h.ps), round_
         assert h.tree.evictable_device_leaves is state._leaves
         while h.held:
             h.release(0)

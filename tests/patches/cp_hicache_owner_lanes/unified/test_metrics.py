@@ -6,29 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_overlay.patches.cp_hicache_owner_lanes.unified.gate import load_back_transfers_hook
 from tests.patches.cp_hicache_owner_lanes.unified.hicache_cpu import Harness
-from tests.support.hooked import around
+from tests.patches.cp_hicache_owner_lanes.unified.load_back_oracles import short_lane_2
 
 
 @pytest.fixture(scope="module", autouse=True)
-def hook():
-    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-
-    with around(UnifiedRadixCache, "_load_back_transfers", load_back_transfers_hook, "cp-hicache-owner-lanes"):
-        yield
-
-
-def short_lane_2(h) -> int:
-    """A 4-page host chain (one page a lane) to load back, one page of lane 2 free too few: its node id."""
-    keys, _ = h.chain(0, 4)
-    node = h.to_host(keys)
-    for lane in (0, 1, 2, 3, 2):
-        h.chain(lane, 1)
-    for lane, pages in enumerate(h.alloc.class_free_page_counts()):
-        h.hold(lane, pages - (0 if lane == 2 else 1))
-    assert h.alloc.class_free_page_counts() == [1, 1, 0, 1]
-    return node
+def hook(gate_hook):
+    """The load-back hook (conftest.py's ``gate_hook``) for every test here."""
 
 
 def test_counters_reach_prometheus_with_metrics_enabled():
