@@ -62,18 +62,7 @@ def lane0_newest(write_policy="write_through", ps=4):
 def busy(rng, short, leaves=30):
     """Random one- and two-page chains, some extending earlier ones; lanes in ``short`` drained."""
     h = Harness(n=4, ps=4, pages_per_rank=16)
-    placed = []
-    for _ in range(leaves):
-        if placed and rng.random() < 0.3:
-            keys, base = rng.choice(placed)
-            got, _ = h.chain(base, 1, prefix=keys)
-            keys = got
-        else:
-            base = rng.randrange(h.n)
-            keys, _ = h.chain(base, rng.randint(1, 2))
-        if keys is None:
-            break
-        placed.append((keys, base))
+    h.random_chains(rng, leaves)
     for lane in short:
         h.hold(lane, h.alloc.class_free_page_counts()[lane])
     return h

@@ -167,6 +167,21 @@ class Harness:
         self.settle()
         return keys, idx
 
+    def random_chains(self, rng, leaves: int) -> None:
+        """Up to ``leaves`` one- and two-page chains on random lanes, about a third extending an earlier one by a
+        page, until the lanes run short (``rng``'s draws in a fixed order: a seed gives one tree)."""
+        placed = []
+        for _ in range(leaves):
+            if placed and rng.random() < 0.3:
+                prefix, base = rng.choice(placed)
+                keys, _ = self.chain(base, 1, prefix=prefix)
+            else:
+                base = rng.randrange(self.n)
+                keys, _ = self.chain(base, rng.randint(1, 2))
+            if keys is None:
+                break
+            placed.append((keys, base))
+
     def hold(self, cls: int, pages: int) -> None:
         """Pages of one lane held by running requests (not in the tree: not evictable)."""
         for _ in range(pages):

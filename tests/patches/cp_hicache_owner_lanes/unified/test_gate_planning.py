@@ -61,17 +61,7 @@ def busy(h, short_lane, leaves=40, seed=3):
     rng = random.Random(seed)
     keys, _ = h.chain(short_lane, h.n)  # the load: one page in every lane
     target = h.to_host(keys)
-    placed = []
-    for _ in range(leaves):
-        if placed and rng.random() < 0.3:
-            pk, base = rng.choice(placed)
-            k, idx = h.chain(base, 1, prefix=pk)
-        else:
-            base = rng.randrange(h.n)
-            k, idx = h.chain(base, rng.randint(1, 2))
-        if k is None:
-            break
-        placed.append((k, base))
+    h.random_chains(rng, leaves)
     h.hold(short_lane, h.alloc.class_free_page_counts()[short_lane])
     return target
 
