@@ -2,7 +2,8 @@
 not the point, ``--min-accuracy 0``), exit 0, and ``summary.json`` agrees with ``results.jsonl``; then the
 paired A/B verdict of the patched server against a pristine upstream server (same tiny model, greedy): the
 patch set changes no answer (``--max-flips 0``), and the same verdict fails where answers do differ
-(sampling at temperature 1 without a seed).
+(sampling at temperature 1 without a seed). Both A/B tests are the slow tier: on every push the A/B runs
+on real text in ``test_10_real_model.py``, the same runner and verdict on SmolLM2.
 
 The A/B runs one request at a time per server (``--parallel 1``): on random weights the logits are nearly
 tied, so a different batch composition on the two servers could move an argmax by rounding alone."""
@@ -92,6 +93,7 @@ def _ab(server_pool, out, *extra: str) -> tuple[subprocess.CompletedProcess, dic
     return result, summary
 
 
+@pytest.mark.slow  # the same claim on every push is test_10's, on real text (SmolLM2): 104 s here compares noise
 def test_ab_the_patched_server_changes_no_answer_of_pristine_upstream(server_pool, tmp_path):
     result, summary = _ab(server_pool, tmp_path / "greedy")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
