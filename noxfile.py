@@ -84,6 +84,16 @@ def lint(session: nox.Session) -> None:
     session.run(str(bin_dir / "python"), "scripts/readme_tables.py", "--check", external=True)
 
 
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, strict (mkdocs.yml): a broken link or anchor, a missing page or a page left out of
+    the navigation fails. Its tools are pinned in docs/requirements.txt; the site goes to .nox/docs-site/."""
+    session.install("-r", str(REPO / "docs" / "requirements.txt"))
+    session.run(
+        "mkdocs", "build", "--strict", "--site-dir", str(REPO / ".nox" / "docs-site"), env={"NO_MKDOCS_2_WARNING": "1"}
+    )
+
+
 @nox.session(venv_backend="none")
 @nox.parametrize("pin", PINS)
 def tiers(session: nox.Session, pin: str) -> None:
