@@ -27,9 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from sglang_overlay.core.lockfile import default_version  # noqa: E402
 from sglang_overlay.core.registry import ANY_UPSTREAM, FIXED_UPSTREAM, NEEDED, Patch, discover_patches  # noqa: E402
 
-DEFAULT_PIN = (REPO / "patches" / "pins" / "default").read_text(encoding="utf-8").strip()
+DEFAULT_PIN = default_version(REPO / "patches")
 NEEDED_CELL = {NEEDED: "yes", FIXED_UPSTREAM: "no (fixed upstream)"}  # anything else: "cannot tell"
 
 
