@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 
@@ -38,6 +39,15 @@ def require_sglang(spec: str, benchmark: str, instead: str) -> None:
             f"{benchmark} drives sglang{spec}'s classes; this environment has "
             f"{'sglang ' + found if found else 'no sglang'}. {instead}"
         )
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a rate of ``successes`` in ``n`` (sound at small n and near 0 or 1)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p, d = successes / n, 1 + z * z / n
+    centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def write_json(path: Path | None, data: dict) -> Path | None:

@@ -17,8 +17,22 @@ prefilled, minus the server's cached tokens; summed), ``prompt_tokens_per_s``, `
 (top-5 against the same prompt run cold after a flush, one flush per prompt). Each figure: median and range
 over ``--repeats``. Cost: one launch per side and pool size; a replay is C x T requests.
 
+Two modes (``--mode``), for two kinds of claim:
+
+- ``deterministic`` (the default, for verdicts on cache counts): one request at a time, so each side's counts are
+  a function of the replay alone. Each side runs the replay twice; the two runs must give the same counts (else
+  the run is reported as not deterministic and the exit is 1). The verdict per cell is ``identical`` or
+  ``different``, with overlay minus upstream for every count that differs (``prompt_tokens_per_s`` is a time,
+  reported, never judged).
+- ``concurrent`` (throughput): ``--concurrency`` requests in flight; which requests share a batch follows arrival
+  timing, so cache counts move from run to run on either side. Figures: median and range over ``--repeats``, and
+  per figure the A/A band (the larger of the two sides' own ranges: what the same code gives twice). The verdict
+  is ``inside the A/A band`` or ``outside it by X``. This mode cannot separate patches on cache counts.
+
     .venv/bin/python scripts/bench_serving_hicache.py --shards 4 --conversations 10 --turns 4 \
-        --seed 7 11 23 --tokens-per-class 192 256 --repeats 3 --json out/hicache.json --png out/hicache.png
+        --seed 7 11 23 --tokens-per-class 192 256 --json out/hicache.json --png out/hicache.png
+    .venv/bin/python scripts/bench_serving_hicache.py --mode concurrent --concurrency 4 --repeats 3 \
+        --seed 7 11 23 --tokens-per-class 192 256 --json out/hicache-concurrent.json
 """
 
 from __future__ import annotations
@@ -58,6 +72,7 @@ MEASURES = (
 )
 
 EXTRAS = ("cached_tokens", "owner_lane_capacity_evictions", "dropped_tokens")
+COUNTS = tuple(m for m in (*MEASURES, *EXTRAS) if m != "prompt_tokens_per_s")  # what the deterministic mode judges
 
 
 def conversations(seed: int, count: int, turns: int) -> list[list[str]]:
@@ -151,6 +166,29 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
+def deterministic_verdict(runs: dict) -> dict:
+    """One request at a time: each side's runs must agree on every count; then the sides are compared exactly."""
+    unstable = {side: [m for m in COUNTS if len({r[m] for r in runs[side]}) > 1] for side in SIDES}
+    if any(unstable.values()):
+        return {"verdict": "not deterministic", "unstable": unstable}
+    ov, up = runs["overlay"][0], runs["upstream"][0]
+    diff = {m: ov[m] - up[m] for m in COUNTS if ov[m] != up[m]}
+    return {"verdict": "different" if diff else "identical", "overlay_minus_upstream": diff}
+
+
+def concurrent_verdict(summary: dict) -> dict:
+    """Per figure: the overlay - upstream median difference against the A/A band (either side's own range)."""
+    out = {}
+    for m in (*MEASURES, *EXTRAS):
+        ov, up = summary["overlay"][m], summary["upstream"][m]
+        band = max(ov["max"] - ov["min"], up["max"] - up["min"])
+        gap = ov["median"] - up["median"]
+        outside = abs(gap) - band
+        out[m] = {"difference": gap, "aa_band": band,
+                  "verdict": "inside the A/A band" if outside <= 0 else f"outside it by {outside:g}"}  # fmt: skip
+    return out
+
+
 def log_dir(keep: Path | None):
     """A fresh folder for one pool size's server logs: under ``keep`` (kept), or a temporary one."""
     if keep is None:
@@ -183,8 +221,12 @@ def bench(args) -> dict:
                     for rep in range(args.repeats):
                         for side in SIDES if rep % 2 == 0 else SIDES[::-1]:
                             runs[side].append(measure(servers[side], order, prefilled, cold, args.concurrency))
-                    cell = {"tokens_per_class": tokens, "seed": seed, "requests": len(order)}
+                    cell = {"tokens_per_class": tokens, "seed": seed, "requests": len(order), "mode": args.mode}
                     cell.update({side: summarize(runs[side]) for side in SIDES})
+                    if args.mode == "deterministic":
+                        cell["verdict"] = deterministic_verdict(runs)
+                    else:
+                        cell["verdict"] = concurrent_verdict(cell)
                     cell["runs"] = runs
                     cells.append(cell)
                     print(row(cell), flush=True)
@@ -201,6 +243,7 @@ def config(args) -> dict:
         "seeds": args.seed,
         "tokens_per_class": args.tokens_per_class,
         "repeats": args.repeats,
+        "mode": args.mode,
         "concurrency": args.concurrency,
         "stand_in": "one CPU rank, upstream's PageInterleavePoolAllocator + PageInterleaveHostPool (identity "
         "placement); not exercised: striping, PyNccl gather, scratch admission, PD send filter",
@@ -220,6 +263,14 @@ def row(cell: dict) -> str:
         s = cell[side]
         vals = "".join(f" {spread(s[m]):>21}" for m in MEASURES)
         lines.append(f"{cell['tokens_per_class']:>7} {cell['seed']:>4}  {side:<8}{vals}")
+    v = cell["verdict"]
+    if cell["mode"] == "deterministic":
+        detail = v.get("overlay_minus_upstream") or v.get("unstable") or ""
+        lines.append(f"{'':>14}verdict: {v['verdict']} {detail}".rstrip())
+    else:
+        outside = {m: x["verdict"] for m, x in v.items() if x["verdict"] != "inside the A/A band"}
+        lines.append(f"{'':>14}verdict: " + (f"outside the A/A band: {outside}" if outside else "every figure "
+                     "inside the A/A band (this mode cannot separate patches on cache counts)"))  # fmt: skip
     return "\n".join(lines)
 
 
@@ -253,12 +304,22 @@ def main(argv=None) -> int:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--seed", type=int, nargs="+", default=[7])
     parser.add_argument("--tokens-per-class", type=int, nargs="+", default=[192], help="device pool per class")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per side and seed (median, range)")
-    parser.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    parser.add_argument(
+        "--mode", choices=("deterministic", "concurrent"), default="deterministic",
+        help="deterministic (default): one request at a time, exact counts, two runs per side; concurrent: throughput",
+    )  # fmt: skip
+    parser.add_argument("--repeats", type=int, help="runs per side and seed (default 2 deterministic, 3 concurrent)")
+    parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (concurrent mode)")
     parser.add_argument("--launch-timeout", type=float, default=300.0, help="seconds a server may take to be ready")
     parser.add_argument("--logs", type=Path, help="keep the servers' logs under this folder (default: discarded)")
     add_output_flags(parser, "one seed, 6 conversations of 3 turns, 2 repeats")
     args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 2 if args.mode == "deterministic" else 3
+    if args.mode == "deterministic":
+        if args.repeats < 2:
+            parser.error("--mode deterministic runs each side at least twice (--repeats >= 2): that is its check")
+        args.concurrency = 1
     if args.shards < 2 or args.conversations < 1 or args.turns < 1 or args.repeats < 1 or args.concurrency < 1:
         parser.error("--shards must be >= 2; --conversations, --turns, --repeats, --concurrency >= 1")
     if any(t < ol.PAGE or t % ol.PAGE for t in args.tokens_per_class):
@@ -269,7 +330,7 @@ def main(argv=None) -> int:
     print(HEADER, flush=True)
     result = bench(args)
     write_outputs(args, result, print, lambda p: draw(p, result))
-    return 0
+    return 1 if any(c["verdict"].get("verdict") == "not deterministic" for c in result["cells"]) else 0
 
 
 if __name__ == "__main__":

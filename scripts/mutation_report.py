@@ -7,7 +7,7 @@ score its 95% Wilson interval. Invariant: pure (no mutmut, no files). Cost: O(mu
 
 from __future__ import annotations
 
-import math
+from bench_common import wilson  # re-exported: a sampled score's interval (scripts/ is on the caller's path)
 
 from tests.support.mutation_equivalents import EQUIVALENT
 
@@ -26,15 +26,6 @@ def summarize(module: str, found: dict[str, str]) -> dict:
         score=killed / len(counted) if counted else 1.0, survivors=survivors, equivalent_reasons=equivalent,
         by_status={s: sum(v == s for v in found.values()) for s in sorted(set(found.values()))},
     )  # fmt: skip
-
-
-def wilson(killed: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95% Wilson score interval of a sampled kill rate."""
-    if n == 0:
-        return (0.0, 1.0)
-    p, d = killed / n, 1 + z * z / n
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, (p + z * z / (2 * n)) / d - half), min(1.0, (p + z * z / (2 * n)) / d + half))
 
 
 def print_table(rows: list[dict], goal: float) -> None:

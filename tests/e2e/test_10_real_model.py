@@ -11,6 +11,10 @@ request was decoded in, and with eight in flight the batches follow arrival timi
 machine one of 20 answers diverged mid-text between two servers running the same upstream code path
 ("* 50 hours/week" against "* 35 hours/week", a near-tie), which the overlay does not touch on this model.
 
+The same upstream server then answers the same GSM8K questions through our runner and through upstream's
+``sglang.test.run_eval`` (``scripts/gsm8k_cross_check.py``): the two accuracies must lie inside each other's 95%
+Wilson interval, and every question's text, extracted answer and verdict is compared (``gsm8k-cross-check.json``).
+
 The model is built here (session-scoped, cached in ``~/.cache/sglang-overlay``: about a minute on 2 idle cores
 the first time); the module is skipped, with the reason, only where the package registry cannot be reached.
 ``--tp-size 2`` cannot serve this model (9 attention heads, 3 KV heads: SGLang's Llama asserts the heads
@@ -21,7 +25,6 @@ The tiny model's servers are stopped first: the CPU and memory go to these two.
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +39,9 @@ from tests.support.real_server.probes import greedy_texts
 from tests.support.real_server.server import ServerConfig
 from tests.support.real_server.smollm2 import SERVER_ARGS, RealModelError, build_real_model
 
+sys.path.insert(0, str(REPO / "scripts"))
+from bench_common import wilson  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
 # keys in this module's own pool: its model differs from the session's. The A/B keeps both servers busy at once,
@@ -46,6 +52,7 @@ ONE_THREAD = (("OMP_NUM_THREADS", "1"),)
 UPSTREAM = ServerConfig(overlay=False, extra_args=SERVER_ARGS, env=ONE_THREAD)
 OVERLAY = ServerConfig(overlay=True, extra_args=SERVER_ARGS, env=ONE_THREAD)
 QUESTIONS = 20
+CROSS_QUESTIONS = 10  # each runner, one at a time: about 40 s per runner here (200 questions: the slow tier)
 MAX_TOKENS = 160  # a worked GSM8K answer of this model is 40-150 tokens; the stop sequences end most earlier
 PROMPTS = ("The capital of France is", "Natalia sold clips to 48 of her friends in April,", "def fibonacci(n):")
 
@@ -91,7 +98,7 @@ def _ab(pool: ServerPool, out: Path, questions: int, data_dir: Path) -> dict:
         "questions": questions,
         "accuracy_upstream": summary["accuracy"],
         "accuracy_overlay": summary["b"]["accuracy"],
-        "accuracy_95ci_wilson": wilson(summary["correct"], questions),
+        "accuracy_95ci_wilson": [round(x, 4) for x in wilson(summary["correct"], questions)],
         "agreement": p["agreement"],
         "changed": len(p["changed"]),
         "flipped": len(p["flipped"]),
@@ -107,13 +114,6 @@ def _ab(pool: ServerPool, out: Path, questions: int, data_dir: Path) -> dict:
     assert sum(r["extracted_by"] != "invalid" for r in a) >= questions // 2, [r["output"][:80] for r in a]
     assert sum(r["finish_reason"] == "stop" for r in a) >= questions // 2
     return figures
-
-
-def wilson(correct: int, n: int, z: float = 1.96) -> list[float]:
-    """The Wilson score interval of an accuracy (sound at small n and near 0, where this model's accuracy is)."""
-    phat, denom = correct / n, 1 + z * z / n
-    centre, half = (phat + z * z / (2 * n)) / denom, z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denom
-    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]  # 0.0, never -0.0, at 0 correct
 
 
 def test_gsm8k_ab_on_a_real_model_changes_no_answer(real_pool, e2e_log_dir, tmp_path):
@@ -133,3 +133,37 @@ def test_greedy_texts_on_a_real_model_equal_upstream(real_pool):
     want = greedy_texts(upstream.url, PROMPTS, max_tokens=16)
     assert "Paris" in want["The capital of France is"], want  # a real model, not noise
     assert greedy_texts(overlay.url, PROMPTS, max_tokens=16) == want
+
+
+def _cross_check(pool: ServerPool, out: Path, questions: int, data_dir: Path) -> dict:
+    """``scripts/gsm8k_cross_check.py`` on the upstream server: exit 0 (each accuracy inside the other's interval),
+    the same prompts (checked by the script before sending), and every disagreement explained by its reason."""
+    upstream = pool.get(UPSTREAM)
+    cmd = [sys.executable, str(REPO / "scripts" / "gsm8k_cross_check.py"), "--base-url", upstream.url]
+    cmd += ["--data-dir", str(data_dir), "--num-questions", str(questions), "--max-tokens", str(MAX_TOKENS)]
+    cmd += ["--json", str(out / "cross-check.json")]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=36000, cwd=REPO)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    fig = json.loads((out / "cross-check.json").read_text())
+    print("\n[e2e] real-model GSM8K, ours against upstream's run_eval: " + json.dumps(
+        {k: v for k, v in fig.items() if k not in ("rows", "config")}))  # fmt: skip
+    assert fig["questions"] == questions and fig["ours"]["errors"] == 0 and fig["inside_each_other"]
+    # a real model that writes numbers: both runners extracted an answer from most texts
+    assert sum(r["answer"] is not None for r in fig["rows"]["upstream"]) >= questions // 2
+    # greedy, one request at a time, the same prompt: a text differs only where the stop sequences differ
+    # ("Question" against our "Question:"), and then ours is the longer, starting with upstream's
+    for a, b in zip(fig["rows"]["ours"], fig["rows"]["upstream"]):
+        assert a["output"] == b["output"] or a["output"].startswith(b["output"]), (a["id"], a["output"], b["output"])
+    return fig
+
+
+def test_gsm8k_our_runner_agrees_with_upstream_run_eval(real_pool, e2e_log_dir, tmp_path):
+    fig = _cross_check(real_pool, tmp_path, CROSS_QUESTIONS, REPO / "tests" / "data" / "gsm8k")
+    (e2e_log_dir / "gsm8k-cross-check.json").write_text(json.dumps(fig, indent=2) + "\n")
+
+
+@pytest.mark.slow  # 200 questions, each runner
+@needs_full_gsm8k("200 questions: the fixture has 60")
+def test_gsm8k_our_runner_agrees_with_upstream_run_eval_200_questions(real_pool, e2e_log_dir, tmp_path):
+    fig = _cross_check(real_pool, tmp_path, 200, full_gsm8k_dir())
+    (e2e_log_dir / "gsm8k-cross-check-200.json").write_text(json.dumps(fig, indent=2) + "\n")

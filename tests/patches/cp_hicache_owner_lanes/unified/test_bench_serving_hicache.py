@@ -47,3 +47,52 @@ def test_bad_arguments_are_refused_before_any_server(bad, capsys):
     with pytest.raises(SystemExit) as exc:
         load_bench().main(bad)
     assert exc.value.code == 2 and "error" in capsys.readouterr().err
+
+
+def _run(**counts):
+    base = {m: 0 for m in (*load_bench().MEASURES, *load_bench().EXTRAS)}
+    return {**base, "prompt_tokens_per_s": 100.0, "ledger_problems": [], **counts}
+
+
+def test_deterministic_verdict_is_identical_different_or_not_deterministic():
+    bench = load_bench()
+    same = {"overlay": [_run(evicted_tokens=64)] * 2, "upstream": [_run(evicted_tokens=64)] * 2}
+    assert bench.deterministic_verdict(same) == {"verdict": "identical", "overlay_minus_upstream": {}}
+    # a time is reported, never judged: a faster run changes no verdict
+    faster = {**same, "overlay": [_run(evicted_tokens=64, prompt_tokens_per_s=999.0)] * 2}
+    assert bench.deterministic_verdict(faster)["verdict"] == "identical"
+    fewer = {**same, "overlay": [_run(evicted_tokens=32, loadbacks_served=2)] * 2}
+    assert bench.deterministic_verdict(fewer) == {
+        "verdict": "different",
+        "overlay_minus_upstream": {"evicted_tokens": -32, "loadbacks_served": 2},
+    }
+    unstable = {**same, "upstream": [_run(evicted_tokens=64), _run(evicted_tokens=96)]}
+    verdict = bench.deterministic_verdict(unstable)
+    assert verdict["verdict"] == "not deterministic" and verdict["unstable"] == {
+        "overlay": [],
+        "upstream": ["evicted_tokens"],
+    }
+
+
+def test_concurrent_verdict_judges_the_gap_against_the_wider_side_range():
+    bench = load_bench()
+    runs = {"overlay": [_run(cached_tokens=v) for v in (100, 140, 120)],
+            "upstream": [_run(cached_tokens=v) for v in (110, 115, 112)]}  # fmt: skip
+    summary = {side: bench.summarize(r) for side, r in runs.items()}
+    v = bench.concurrent_verdict(summary)
+    assert v["cached_tokens"] == {"difference": 8, "aa_band": 40, "verdict": "inside the A/A band"}
+    runs["overlay"] = [_run(cached_tokens=v) for v in (200, 201, 202)]
+    v = bench.concurrent_verdict({side: bench.summarize(r) for side, r in runs.items()})
+    assert v["cached_tokens"] == {"difference": 89, "aa_band": 5, "verdict": "outside it by 84"}
+
+
+def test_deterministic_mode_runs_one_request_at_a_time_and_each_side_twice(monkeypatch):
+    bench = load_bench()
+    seen = {}
+    monkeypatch.setattr(bench, "require_sglang", lambda *a: None)
+    monkeypatch.setattr(bench, "bench", lambda args: seen.update(vars(args)) or {"config": {}, "cells": []})
+    assert bench.main(["--concurrency", "8"]) == 0
+    assert (seen["mode"], seen["concurrency"], seen["repeats"]) == ("deterministic", 1, 2)
+    assert bench.main(["--mode", "concurrent"]) == 0 and (seen["concurrency"], seen["repeats"]) == (4, 3)
+    with pytest.raises(SystemExit):
+        bench.main(["--repeats", "1"])  # the deterministic mode's own check needs two runs per side
