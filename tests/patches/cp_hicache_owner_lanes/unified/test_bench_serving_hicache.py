@@ -63,9 +63,20 @@ def test_deterministic_verdict_is_identical_different_or_not_deterministic():
     assert bench.deterministic_verdict(faster)["verdict"] == "identical"
     fewer = {**same, "overlay": [_run(evicted_tokens=32, loadbacks_served=2)] * 2}
     assert bench.deterministic_verdict(fewer) == {
-        "verdict": "different",
+        "verdict": "different (overlay better on every count that differs)",
         "overlay_minus_upstream": {"evicted_tokens": -32, "loadbacks_served": 2},
     }
+    worse = {**same, "overlay": [_run(evicted_tokens=96)] * 2}
+    assert bench.deterministic_verdict(worse)["verdict"] == "different (overlay worse on every count that differs)"
+    mixed = {**same, "overlay": [_run(evicted_tokens=96, loadbacks_served=1)] * 2}
+    assert bench.deterministic_verdict(mixed)["verdict"] == "different (mixed)"
+    # the patch's own counter has no upstream value: never a difference
+    assert (
+        bench.deterministic_verdict(
+            {**same, "overlay": [_run(evicted_tokens=64, owner_lane_capacity_evictions=9)] * 2}
+        )["verdict"]
+        == "identical"
+    )
     unstable = {**same, "upstream": [_run(evicted_tokens=64), _run(evicted_tokens=96)]}
     verdict = bench.deterministic_verdict(unstable)
     assert verdict["verdict"] == "not deterministic" and verdict["unstable"] == {
