@@ -40,6 +40,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -347,6 +348,8 @@ def main(argv=None) -> int:
         ap.error("--tp-size 2 needs --model tiny: SmolLM2-135M's 9 attention heads do not divide by 2")
     if args.quick:
         args.rounds, args.num_prompts = 2, 16
+    # SIGTERM unwinds like Ctrl-C: suspended servers are resumed and every server is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = bench(args)
     print_table(result)
     write_json(args.json, result)

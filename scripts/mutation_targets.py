@@ -62,7 +62,7 @@ DECLARED = {
         modules=("planner", "leaf_index", "metadata", "counters"),
         tests=("",),  # the patch's whole test folder: the conftest collects the serving folder's tests only
         releases={"hiradix": (("state", "load_back", "allocation", "eviction", "stamping"), ()),
-                  "unified": (("state", "gate", "capacity", "host_backup", "planning", "eviction", "tree_view"), ())},
+                  "unified": (("state", "gate", "capacity", "host_backup", "planning", "eviction", "lane_tree"), ())},
     ),
     "cluster": Declared(
         "cluster-consistency",

@@ -4,19 +4,15 @@ tests/e2e/test_10_real_model.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from sglang_overlay_gsm8k import data
-from tests.support.env import GSM8K_DIR, REPO
+from tests.support.env import GSM8K_DIR
+from tests.support.scripts import load_script as load_named
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("gsm8k_cross_check", REPO / "scripts" / "gsm8k_cross_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_named("gsm8k_cross_check")
 
 
 def test_upstream_eval_reads_our_shots_and_questions_and_builds_our_prompt(tmp_path):

@@ -91,14 +91,6 @@ _NOT_INTERLEAVED_MEMO = (
     "recomputes the same answer (the allocator's class does not change)"
 )
 _OVERWRITTEN_BY_REBUILD = "the constructor's last line, rebuild(), assigns _heap and _queued again"
-_CHAIN_BELOW_DEFERRED = (
-    "a chosen node left in 'deferred' changes nothing: the walk skips a node in chosen or deferred alike, "
-    "and the promotion test accepts a child in chosen or deferred alike"
-)
-_BREAK_IS_RETURN = (
-    "the walk breaks only when the stream is exhausted with a deficit left: the plan is then not covered "
-    "and the returned set is never read (_prune runs on covered plans only)"
-)
 _STAMP_RESUME_META = (
     "parent_meta of the resume node only short-cuts ensure_meta(resume): the first walked node's parent "
     "is the resume node (or the root, where the least-full rule applies either way), and ensure_meta "
@@ -140,10 +132,6 @@ _ROOT_LAST_LOC = (
 _WHOLE_PAGES = (
     "node keys in a paged radix tree are whole pages, so len(key) / page_size is an integral float; the "
     "metadata arithmetic it feeds (sums, modulo, comparisons) gives the same values as with //"
-)
-_PRUNE_GUARD = (
-    "_prune drops a node only when every lane stays covered without it: on an uncovered plan the short "
-    "lane never is, and the one node of a single-node plan was taken because a short lane needed it"
 )
 _FINISH_GUARD = (
     "a plan without an index never pops (popped is filled only through index.ordered), and restoring an "
@@ -192,21 +180,14 @@ EQUIVALENT: dict[str, str] = {
     **{f"{_HC_ALLOC}__mutmut_{n}": _ROOT_LAST_LOC for n in (28, 30, 32, 33)},
     f"{_HC_LOAD_BACK}__mutmut_64": _NONE_IS_FALSE,
     f"{_HC}.hiradix.state.x_node_pages__mutmut_1": _WHOLE_PAGES,
-    f"{_HC}.planner.x_plan_owner_lane_eviction__mutmut_53": _PRUNE_GUARD,  # covered or several leaves
-    f"{_HC}.planner.x_plan_owner_lane_eviction__mutmut_54": _PRUNE_GUARD,  # covered and at least one leaf
     f"{_HC}.planner.x_finish_plan__mutmut_1": _FINISH_GUARD,
     f"{_HC}.counters.x\u01c1OwnerLaneCounters\u01c1_prom__mutmut_3": _PROM_WITH_COLLECTOR,
     **{f"{_HC}.metadata.x\u01c1CpHiCacheNodeMetadata\u01c1owner_counts__mutmut_{n}": _MEMO_ONLY for n in (5, 6, 34)},
     f"{_HC}.metadata.x\u01c1CpHiCacheNodeMetadata\u01c1owner_counts__mutmut_23": _NONE_MEANS_SHARD_SIZE,
-    **{f"{_HC}.planner.x__walk__mutmut_{n}": _NONE_MEANS_SHARD_SIZE for n in (51, 63)},
-    f"{_HC}.planner.x_need_of__mutmut_5": _NONE_MEANS_SHARD_SIZE,
-    f"{_HC}.planner.x__prune__mutmut_3": _NONE_MEANS_SHARD_SIZE,
     **{f"{_HC}.hiradix.state.x_ensure_meta__mutmut_{n}": _STAMPED_NODE_SHORT_CUT for n in (1, 2)},
     **{f"{_HC}.hiradix.state.x_ensure_meta__mutmut_{n}": _ROOT_HAS_NO_META for n in (15, 17)},
     f"{_HC}.hiradix.state.x_state_of__mutmut_25": _NOT_INTERLEAVED_MEMO,
     **{f"{_HC}.leaf_index.x\u01c1LeafOrderIndex\u01c1__init____mutmut_{n}": _OVERWRITTEN_BY_REBUILD for n in (5, 6)},
-    f"{_HC}.planner.x__chain_below__mutmut_6": _CHAIN_BELOW_DEFERRED,
-    f"{_HC}.planner.x__walk__mutmut_33": _BREAK_IS_RETURN,
     **{f"{_HC}.hiradix.stamping.x__stamp__mutmut_{n}": _STAMP_RESUME_META for n in (28, 29, 30, 31, 32)},
     f"{_HC}.hiradix.stamping.x_split_node_hook__mutmut_5": _SPLIT_WITHOUT_STATE,
     f"{_HC}.hiradix.stamping.x__stamp__mutmut_9": _STAMP_RESIDENT_ENTRY,
@@ -240,9 +221,6 @@ _STATE_LATER_CHECKS = (
     "cache's LaneState names its own interleaved allocator, so any other allocator fails "
     "'state.allocator is not allocator'"
 )
-_SAME_TREE_VIEW = (
-    "plan_lanes builds TreeView(cache.tree_core, state.priority, N, page) when tree is None: the same view"
-)
 _HOST_POOL_FOUND = (
     "host_free_per_lane is reached only through lanes_have_room, after _host_group found a "
     "PageInterleaveHostPool at cache_controller.mem_pool_host.anchor_entry.host_pool: every getattr "
@@ -263,7 +241,6 @@ EQUIVALENT.update(
         f"{_UN}.host_backup.x_execute_kv_backup_hook__mutmut_55": _SHADOW_ALWAYS_SET,
         f"{_UN}.capacity.x_evict_to_free_tokens_hook__mutmut_39": _PLANNED_NONE_IS_FALSE,
         f"{_UN}.capacity.x__state__mutmut_1": _STATE_LATER_CHECKS,
-        **{f"{_UN}.planning.x_plan_load_back__mutmut_{n}": _SAME_TREE_VIEW for n in (25, 30)},
         **{f"{_UN}.host_backup.x__kv_host_pool__mutmut_{n}": _HOST_POOL_FOUND for n in (6, 14, 22, 29)},
         **{f"{_UN}.host_backup.x_host_free_per_lane__mutmut_{n}": _HOST_POOL_FOUND for n in (6, 15, 18)},
         **{f"{_UN}.planning.x_lane_need__mutmut_{n}": _FALLBACK_UNREACHABLE for n in (14, 15, 16, 17, 18, 19)},

@@ -1,8 +1,8 @@
 """STAND-IN radix tree for the owner-lane planner: plain Python nodes, no cache class of any release.
 
-Job: give ``planner.plan_owner_lane_eviction`` what it reads (``root_node``, ``evictable_leaves``,
-``eviction_strategy``; per node ``children``, ``parent``, ``lock_ref``, ``value``, owner metadata) so the
-planner's semantics are tested on every pin. Nothing here is upstream's tree: :class:`PlainTree` copies
+Job: give ``planner.plan_owner_lane_eviction`` what it reads (``planner.LaneTree``: the root, the evictable
+leaves, priorities, per node its lock and device state, parent, children and pages per lane from its owner
+metadata) so the planner's semantics are tested apart from any release's cache class. Nothing here is upstream's tree: :class:`PlainTree` copies
 the few rules of 0.5.20's ``HiRadixCache`` the planner depends on (a node is an evictable leaf when it is
 on device, unlocked and has no device child; a lock runs up to the root; an access bumps the path's
 ``last_access_time``; a split makes a fresh prefix node; matched nodes of an insert gain a hit, and so
@@ -75,6 +75,46 @@ class PlainTree:
 
     def now(self) -> int:
         return next(self._clock)
+
+    # -- the planner's LaneTree -----------------------------------------------------
+
+    @property
+    def root(self) -> PlainNode:
+        return self.root_node
+
+    def leaves(self):
+        return self.evictable_leaves
+
+    def priority(self, node: PlainNode):
+        return self.eviction_strategy.get_priority(node)
+
+    @staticmethod
+    def evictable(node: PlainNode) -> bool:
+        return node.lock_ref == 0 and node.value is not None
+
+    @staticmethod
+    def on_device(node: PlainNode) -> bool:
+        return node.value is not None
+
+    @staticmethod
+    def parent(node: PlainNode):
+        return node.parent
+
+    @staticmethod
+    def children(node: PlainNode):
+        return node.children.values()
+
+    def lane_pages(self, node: PlainNode):
+        meta = md.get(node)
+        return None if meta is None else meta.owner_counts(self.shard_size)
+
+    def lane_need(self, nodes: Sequence[PlainNode]) -> List[int]:
+        """Pages per lane a load of ``nodes`` needs, summed from their metadata."""
+        need = [0] * self.shard_size
+        for node in nodes:
+            for lane, pages in enumerate(self.lane_pages(node)):
+                need[lane] += pages
+        return need
 
     # -- upstream's rules -----------------------------------------------------------
 

@@ -9,13 +9,15 @@ Imports neither torch nor sglang at module import.
 
 from __future__ import annotations
 
+import functools
 from typing import Dict, Optional, Tuple
 
 ATTR = "cp_owner_meta"  # attribute name on upstream TreeNode objects
 
 
+@functools.lru_cache(maxsize=4096)
 def class_counts(start_class: int, num_pages: int, shard_size: int) -> Tuple[int, ...]:
-    """Pages per owner class of a cyclic run: upstream's closed form, as a tuple."""
+    """Pages per owner class of a cyclic run: upstream's closed form, as a tuple (memoized: a pure function)."""
     from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
 
     return tuple(PageInterleavePoolAllocator._class_counts(start_class, num_pages, shard_size))

@@ -3,9 +3,11 @@
 Job: walk evictable device nodes in the cache's eviction-priority order (through a
 :class:`~.leaf_index.LeafOrderIndex` when priorities are monotone), take a node only if it frees a lane
 still short (with its deferred descendants: child-then-parent chains), stop when covered, drop redundant
-units. Invariant: reads Python attributes and :class:`~.metadata.CpHiCacheNodeMetadata` only (no tensor,
-no host-device sync); refuses only a deficit no eviction could cover. Cost: the nodes it scans, each
-O(log scanned). The cache it reads is duck-typed: ``root_node``, ``evictable_leaves``, ``eviction_strategy``.
+units. The tree is read through :class:`LaneTree`, on the release's own nodes (no per-plan view objects).
+Invariant: given that every node the walk takes reports its pages per lane (``LaneTree.lane_pages``; a node
+without them is skipped, and so blocks its parent), it reads Python attributes only (no tensor, no
+host-device sync) and refuses only a deficit no eviction of the nodes that report could cover.
+Cost: the nodes it scans, each O(log scanned) plus one ``lane_pages`` (memoized per plan by the tree).
 """
 
 from __future__ import annotations
@@ -13,23 +15,53 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Iterable, List, Optional, Protocol, Sequence
 
-from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
 from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import LeafOrderIndex
+
+
+class LaneTree(Protocol):
+    """What the planner reads of a radix tree, on the release's own node objects.
+
+    A *lane* is one owner class of the page-interleaved allocator: the pages of rank ``r`` (``l % N == r``).
+    Every count below is in pages (the allocator's physical page), indexed by lane.
+    """
+
+    root: object
+
+    def leaves(self) -> Iterable:
+        """The evictable device leaves (read only when the priorities are not monotone: no index)."""
+
+    def priority(self, node):
+        """The eviction strategy's priority of ``node`` (lower goes first)."""
+
+    def evictable(self, node) -> bool:
+        """On device and unlocked."""
+
+    def on_device(self, node) -> bool:
+        """Holds device pages (locked or not)."""
+
+    def parent(self, node):
+        """``node``'s parent (None above the root)."""
+
+    def children(self, node) -> Iterable:
+        """``node``'s children."""
+
+    def lane_pages(self, node) -> Optional[Sequence[int]]:
+        """Pages ``node`` holds per lane; None when the node carries no placement (the walk skips it)."""
 
 
 @dataclass
 class LanePlan:
-    """Outcome of planning: the nodes to evict (``leaves``), in eviction order
-    (each node after its planned device children)."""
+    """Outcome of planning. Every list is pages per lane; ``leaves`` are the nodes to evict, in eviction
+    order (each node after its planned device children); ``scanned`` counts nodes read."""
 
-    need: List[int]
-    free: List[int]
-    deficit: List[int]  # deficits before eviction
+    need: List[int]  # pages per lane the caller must allocate
+    free: List[int]  # pages per lane free before eviction
+    deficit: List[int]  # max(0, need - free) per lane, before eviction
     leaves: list = field(default_factory=list)
-    pages_per_lane: List[int] = field(default_factory=list)  # pages the chosen leaves free
-    remaining: List[int] = field(default_factory=list)  # deficits left uncovered
+    pages_per_lane: List[int] = field(default_factory=list)  # pages the chosen nodes free, per lane
+    remaining: List[int] = field(default_factory=list)  # pages per lane left uncovered
     scanned: int = 0
     # The index the walk read and the entries it popped from it: finish_plan hands them back.
     index: Optional["LeafOrderIndex"] = field(default=None, repr=False)
@@ -40,23 +72,8 @@ class LanePlan:
         return not any(self.remaining)
 
 
-def lane_need(nodes: Sequence, shard_size: int) -> List[int]:
-    """Pages per owner class a load of ``nodes`` needs, summed from their metadata."""
-    return need_of([md.get(node) for node in nodes], shard_size)
-
-
-def need_of(metas: Sequence, shard_size: int) -> List[int]:
-    """Pages per owner class of the runs ``metas`` describe."""
-    need = [0] * shard_size
-    for meta in metas:
-        counts = meta.owner_counts(shard_size)
-        for c in range(shard_size):
-            need[c] += counts[c]
-    return need
-
-
 def plan_owner_lane_eviction(
-    cache,
+    tree: LaneTree,
     need: Sequence[int],
     free: Sequence[int],
     index: Optional[LeafOrderIndex],
@@ -82,7 +99,7 @@ def plan_owner_lane_eviction(
     ``M`` the largest unit; the optimum evicts at least ``D`` pages, so the
     excess over it is at most ``D * (M - 1)``.
 
-    Pure CPU: reads node attributes and metadata only; mutates nothing but the
+    Pure CPU: reads the tree through ``tree`` only; mutates nothing but the
     index's heap order (entries it popped are handed back by the caller through
     :func:`finish_plan`). Cost: the nodes it scans, each O(log scanned).
     """
@@ -96,28 +113,29 @@ def plan_owner_lane_eviction(
     if index is not None and index.monotone:
         stream = index.ordered(popped)
     else:
-        get_priority = cache.eviction_strategy.get_priority
-        full = [(get_priority(n), seq, n) for seq, n in enumerate(cache.evictable_leaves)]
+        priority = tree.priority
+        full = [(priority(n), seq, n) for seq, n in enumerate(tree.leaves())]
         heapq.heapify(full)
         stream = (heapq.heappop(full)[2] for _ in range(len(full)))
     plan.popped = popped
     plan.index = index
     try:
-        chosen = _walk(cache, plan, stream, shard_size)
+        chosen = _walk(tree, plan, stream, shard_size)
     except BaseException:
         if index is not None:
             index.restore(popped)  # leave the index whole for the next plan
         popped.clear()
         raise
     if plan.covered and len(plan.leaves) > 1:
-        _prune(plan, chosen, shard_size)
+        _prune(tree, plan, chosen, shard_size)
     return plan
 
 
-def _walk(cache, plan: LanePlan, stream, shard_size: int) -> set:
+def _walk(tree: LaneTree, plan: LanePlan, stream, shard_size: int) -> set:
     """The priority walk of :func:`plan_owner_lane_eviction`; fills ``plan``, returns the chosen set."""
-    get_priority = cache.eviction_strategy.get_priority
-    root = cache.root_node
+    priority, lane_pages, children = tree.priority, tree.lane_pages, tree.children
+    evictable, on_device, parent_of = tree.evictable, tree.on_device, tree.parent
+    root = tree.root
     left = plan.remaining
     outstanding = sum(1 for d in left if d > 0)
     chosen: set = set()
@@ -126,7 +144,7 @@ def _walk(cache, plan: LanePlan, stream, shard_size: int) -> set:
     seq = itertools.count()
     upcoming = next(stream, None)
     while outstanding:
-        if promoted and (upcoming is None or promoted[0][0] <= get_priority(upcoming)):
+        if promoted and (upcoming is None or promoted[0][0] <= priority(upcoming)):
             node = heapq.heappop(promoted)[2]
         elif upcoming is not None:
             node = upcoming
@@ -134,35 +152,34 @@ def _walk(cache, plan: LanePlan, stream, shard_size: int) -> set:
         else:
             break
         plan.scanned += 1
-        if node.lock_ref > 0 or node.value is None or node in chosen or node in deferred:
+        if node in chosen or node in deferred or not evictable(node):
             continue
-        meta = md.get(node)
-        if meta is None:
-            continue  # not placed by this patch: cannot be counted without tensors (blocks its parent)
-        counts = meta.owner_counts(shard_size)
+        counts = lane_pages(node)
+        if counts is None:
+            continue  # not placed: cannot be counted without tensors (blocks its parent)
         if any(counts[c] and left[c] for c in range(shard_size)):
-            for x in _chain_below(node, deferred) + [node]:
+            for x in _chain_below(tree, node, deferred) + [node]:
                 chosen.add(x)
                 plan.leaves.append(x)
-                for c, pages in enumerate(md.get(x).owner_counts(shard_size)):
+                for c, pages in enumerate(lane_pages(x)):
                     plan.pages_per_lane[c] += pages
                     if left[c]:
                         left[c] = max(0, left[c] - pages)
                         outstanding -= left[c] == 0
         else:
             deferred.add(node)
-        parent = node.parent
-        if parent is not root and parent is not None and parent.value is not None:
-            if all(ch.value is None or ch in chosen or ch in deferred for ch in parent.children.values()):
-                heapq.heappush(promoted, (get_priority(parent), next(seq), parent))
+        parent = parent_of(node)
+        if parent is not root and parent is not None and on_device(parent):
+            if all(not on_device(ch) or ch in chosen or ch in deferred for ch in children(parent)):
+                heapq.heappush(promoted, (priority(parent), next(seq), parent))
     return chosen
 
 
-def _chain_below(node, deferred: set) -> list:
+def _chain_below(tree: LaneTree, node, deferred: set) -> list:
     """``node``'s deferred device descendants, children before parents (eviction order);
     they leave ``deferred``. Every device child of ``node`` is taken or deferred here."""
     out: list = []
-    stack = [(child, False) for child in node.children.values() if child in deferred]
+    stack = [(child, False) for child in tree.children(node) if child in deferred]
     while stack:
         x, expanded = stack.pop()
         if expanded:
@@ -170,11 +187,11 @@ def _chain_below(node, deferred: set) -> list:
             out.append(x)
             continue
         stack.append((x, True))
-        stack.extend((child, False) for child in x.children.values() if child in deferred)
+        stack.extend((child, False) for child in tree.children(x) if child in deferred)
     return out
 
 
-def _prune(plan: LanePlan, chosen: set, shard_size: int) -> None:
+def _prune(tree: LaneTree, plan: LanePlan, chosen: set, shard_size: int) -> None:
     """Drop nodes a later pick made redundant, most valuable (latest taken) first.
 
     The walk takes a node when it frees a lane that is still short; a node taken
@@ -186,13 +203,15 @@ def _prune(plan: LanePlan, chosen: set, shard_size: int) -> None:
     is what the planner's bound rests on. One pass suffices: dropping only
     lowers the totals, so a node found needed stays needed.
     """
-    counts = {id(x): md.get(x).owner_counts(shard_size) for x in plan.leaves}
+    counts = {id(x): tree.lane_pages(x) for x in plan.leaves}
     total = list(plan.pages_per_lane)
     deficit = plan.deficit
     kept = []
     for leaf in reversed(plan.leaves):
         c = counts[id(leaf)]
-        if leaf.parent not in chosen and all(total[lane] - c[lane] >= deficit[lane] for lane in range(shard_size)):
+        if tree.parent(leaf) not in chosen and all(
+            total[lane] - c[lane] >= deficit[lane] for lane in range(shard_size)
+        ):
             chosen.discard(leaf)
             for lane in range(shard_size):
                 total[lane] -= c[lane]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
-from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, lane_need, plan_owner_lane_eviction
+from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, plan_owner_lane_eviction
 from tests.patches.cp_hicache_owner_lanes.planner_trees import busy_tree, indexed_tree, leaf, plan_for
 from tests.support import hicache_trees as ht
 from tests.support import plain_tree as pt
@@ -23,9 +23,9 @@ from tests.support import plain_tree as pt
 def test_lane_need_sums_the_metadata_of_the_nodes():
     tree = indexed_tree(4)
     chain = tree.insert(list(range(900, 906)), 3)  # six pages from lane 3: lanes 3,0,1,2,3,0
-    assert lane_need([chain], 4) == [2, 1, 1, 2]
+    assert tree.lane_need([chain]) == [2, 1, 1, 2]
     top = tree.match(list(range(900, 902)))  # split: 2 + 4 pages
-    assert lane_need([top], 4) == [1, 0, 0, 1] and lane_need(tree.path(range(900, 906)), 4) == [2, 1, 1, 2]
+    assert tree.lane_need([top]) == [1, 0, 0, 1] and tree.lane_need(tree.path(range(900, 906))) == [2, 1, 1, 2]
 
 
 def test_a_leaf_without_metadata_is_passed_over_not_the_end_of_the_walk():
@@ -61,7 +61,7 @@ def test_plan_keeps_only_needed_leaves():
     nodes = tree.path(target)
     checked = 0
     for free_pages in (0, 1, 2):
-        plan = plan_owner_lane_eviction(tree, lane_need(nodes, n), [free_pages] * n, tree.index, n)
+        plan = plan_owner_lane_eviction(tree, tree.lane_need(nodes), [free_pages] * n, tree.index, n)
         finish_plan(plan)
         if not plan.covered:
             continue

@@ -1,6 +1,6 @@
 """cp-hicache-owner-lanes on sglang >=0.5.23: ``UnifiedRadixCache`` (upstream keeps the rotation bases).
 
-Modules: ``state.py`` (per-cache state, leaf index), ``tree_view.py`` (the tree in the planner's terms),
+Modules: ``state.py`` (per-cache state, leaf index), ``lane_tree.py`` (the tree in the planner's terms),
 ``planning.py`` (need per lane, plans), ``eviction.py`` (a plan through upstream's primitives), and one
 module per hook: ``gate.py`` (load-back admission), ``capacity.py`` (prefill/decode eviction),
 ``host_backup.py`` (the host-backup gate). Shared upstream types: ``upstream.py``. ``probe.py``: are
@@ -46,15 +46,15 @@ RELEASE = Release(
             "sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.update_eviction_metrics", "unified.eviction"
         ),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "DecLockRefParams.node_id", "unified.gate"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.key", "unified.planning,unified.tree_view"),
+        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.key", "unified.planning,unified.lane_tree"),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.priority", "unified.planning,unified.state"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.rotation_base", "unified.tree_view"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.value", "planner,unified.tree_view"),
+        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.rotation_base", "unified.lane_tree"),
+        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.value", "planner,unified.lane_tree"),
         Dependency(
             "sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.host_value", "unified.planning"
         ),
         Dependency(
-            "sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.lock_ref", "planner,unified.tree_view"
+            "sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.lock_ref", "planner,unified.lane_tree"
         ),
         Dependency(
             "sglang.srt.mem_cache.unified_cache.components.full",
@@ -81,10 +81,10 @@ RELEASE = Release(
         Dependency(
             "sglang.srt.mem_cache.unified_radix_cache",
             "UnifiedRadixCache.page_size",
-            "unified.capacity,unified.host_backup,unified.planning,unified.state,unified.tree_view",
+            "unified.capacity,unified.host_backup,unified.planning,unified.state,unified.lane_tree",
         ),
         Dependency(
-            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.root_node", "planner,unified.tree_view"
+            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.root_node", "planner,unified.lane_tree"
         ),
         Dependency(
             "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.supports_prefix_sharing", "unified.capacity"

@@ -35,7 +35,7 @@ def evict_to_free_tokens_hook(original, self, tree_cache, num_tokens, *args, **k
         counters.record_capacity(planned=False)
         return original(self, tree_cache, num_tokens)
     counters.record_capacity(planned=True)
-    evict_planned(tree_cache, [view.node for view in plan.leaves])
+    evict_planned(tree_cache, plan.leaves)
     after = self.class_free_page_counts()
     freed = [a - b for a, b in zip(after, free)]
     counters.record_eviction(freed, len(plan.leaves))

@@ -101,7 +101,7 @@ class LaneGate:
             return 0
         if not plan.leaves:
             return tokens
-        evict_planned(self.cache, [view.node for view in plan.leaves])
+        evict_planned(self.cache, plan.leaves)
         after = state.allocator.class_free_page_counts()
         freed = [a - b for a, b in zip(after, free)]
         state.counters.record_eviction(freed, len(plan.leaves))

@@ -1,7 +1,7 @@
 """What a 0.5.23 load-back needs per owner lane, and the owner-lane plan covering a deficit.
 
 Job: the evicted segment above a node, its need per lane (closed form from the top node's rotation phase),
-and plans over the cache's tree view and leaf index (shared by the load-back gate and capacity eviction).
+and plans over the cache's tree (``lane_tree.UnifiedLaneTree``) and leaf index (shared by the load-back gate and capacity eviction).
 Invariant: pure CPU, nothing evicted; entries the walk popped are handed back to the index.
 Cost: one walk to the root, N free counts (lengths), and the planner's scan when a lane is short.
 """
@@ -12,8 +12,8 @@ from typing import List, Optional, Sequence, Tuple
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
 from sglang_overlay.patches.cp_hicache_owner_lanes.planner import finish_plan, plan_owner_lane_eviction
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified.lane_tree import UnifiedLaneTree
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import LaneState
-from sglang_overlay.patches.cp_hicache_owner_lanes.unified.tree_view import TreeView, ViewIndex
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.upstream import full as _full
 
 
@@ -28,7 +28,7 @@ def evicted_segment(tree_core, node_id) -> list:
     return nodes
 
 
-def lane_need(tree: TreeView, segment: Sequence) -> Tuple[int, List[int]]:
+def lane_need(tree: UnifiedLaneTree, segment: Sequence) -> Tuple[int, List[int]]:
     """Tokens and pages per lane that ``alloc_cyclic`` draws for loading ``segment``.
 
     The start lane is the top node's rotation phase (its host slots were drawn at
@@ -36,14 +36,12 @@ def lane_need(tree: TreeView, segment: Sequence) -> Tuple[int, List[int]]:
     back to the owner of its first host slot: one read of a CPU tensor, the read
     upstream's ``load`` makes anyway.
     """
-    n, ps = tree.shard_size, tree.page_size
+    n, ps = tree.lanes, tree.page_size
     tokens = sum(len(x.key) for x in segment)
     if not segment:
         return 0, [0] * n
-    meta = md.get(tree.view(segment[0]))
-    if meta is not None:
-        start = meta.first_owner
-    else:
+    start = tree.first_lane(segment[0])
+    if start is None:
         start = int(segment[0].component_data[_full()].host_value[0]) // ps % n
     return tokens, list(md.class_counts(start, -(-tokens // ps), n))
 
@@ -51,20 +49,19 @@ def lane_need(tree: TreeView, segment: Sequence) -> Tuple[int, List[int]]:
 def plan_load_back(cache, state: LaneState, node_id, free: Optional[Sequence[int]] = None):
     """Tokens, need, free and the owner-lane plan for loading ``node_id`` (pure CPU, nothing
     evicted). ``free`` defaults to the allocator's free pages per lane."""
-    tree = TreeView(cache.tree_core, state.priority, state.shard_size, state.page_size)
+    tree = UnifiedLaneTree(cache.tree_core, state.priority, state.shard_size, state.page_size)
     tokens, need = lane_need(tree, evicted_segment(cache.tree_core, node_id))
     if free is None:
         free = state.allocator.class_free_page_counts()
     return tokens, need, free, plan_lanes(cache, state, need, free, tree)
 
 
-def plan_lanes(cache, state: LaneState, need: Sequence[int], free: Sequence[int], tree: Optional[TreeView] = None):
+def plan_lanes(
+    cache, state: LaneState, need: Sequence[int], free: Sequence[int], tree: Optional[UnifiedLaneTree] = None
+):
     """The owner-lane plan covering ``need - free`` per lane on ``cache`` (pure CPU, nothing evicted)."""
     if tree is None:
-        tree = TreeView(cache.tree_core, state.priority, state.shard_size, state.page_size)
-    index = state.leaf_index(cache.tree_core)
-    plan = plan_owner_lane_eviction(
-        tree, need, free, None if index is None else ViewIndex(index, tree), state.shard_size
-    )
+        tree = UnifiedLaneTree(cache.tree_core, state.priority, state.shard_size, state.page_size)
+    plan = plan_owner_lane_eviction(tree, need, free, state.leaf_index(cache.tree_core), state.shard_size)
     finish_plan(plan)
     return plan

@@ -3,20 +3,13 @@ against (the servers themselves are the e2e tier's, tests/e2e/test_09_owner_lane
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from tests.support.env import REPO
+from tests.support.scripts import load_script
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_serving_hicache", REPO / "scripts" / "bench_serving_hicache.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_serving_hicache")
 
 
 class CharTokenizer:

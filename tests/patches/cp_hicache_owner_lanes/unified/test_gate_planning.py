@@ -79,15 +79,15 @@ def test_planning_does_no_tensor_work():
     assert work.host_syncs == 0
     # the counter does see tensor-derived counting (so this test can fail)
     with count_tensor_work() as oracle:
-        for view in plan.leaves:
-            h.lanes_of(view.node.component_data[0].value)
+        for node in plan.leaves:
+            h.lanes_of(node.component_data[0].value)
     assert oracle.total > 0
 
 
 def test_lane_need_of_nothing_to_load_is_zero_in_every_lane():
+    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.lane_tree import UnifiedLaneTree
     from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import lane_need
-    from sglang_overlay.patches.cp_hicache_owner_lanes.unified.tree_view import TreeView
 
     h = Harness(n=3, ps=2)
     state = state_of(h.cache)
-    assert lane_need(TreeView(h.tree, state.priority, 3, 2), []) == (0, [0, 0, 0])
+    assert lane_need(UnifiedLaneTree(h.tree, state.priority, 3, 2), []) == (0, [0, 0, 0])
