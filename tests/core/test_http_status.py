@@ -255,7 +255,6 @@ print(json.dumps({
 
 
 @pytest.mark.ci_slow  # imports upstream's http_server (about 12 s) in a fresh interpreter
-@pytest.mark.per_pin  # what it checks is the installed release's: an older pin's ci_slow runs it too
 def test_on_upstreams_app_the_route_asks_for_the_key_like_upstreams_routes():
     """Upstream's real app and ``--api-key`` middleware: the route is appended (no route moved or changed) and
     refuses a request without the key exactly as ``/server_info`` does (401); with the key it is reached (503

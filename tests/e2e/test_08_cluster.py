@@ -39,7 +39,7 @@ from tests.support.real_server.server import (
     start_server,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.per_pin]  # process entry and multi-rank: per release
+pytestmark = pytest.mark.e2e
 
 WAIT = (("SGLANG_OVERLAY_CLUSTER_WAIT_S", "10"),)  # the bound a missing rank costs; 20 s by default
 OVERLAY_TP2 = tensor_parallel(ServerConfig(overlay=True, abort_triggers=True))
