@@ -57,8 +57,8 @@ def _missing(name: str):
 
 
 # Imported at module level by SGLang's CPU paths, never called while this tier serves.
-# (found by scanning sglang 0.5.20 for module-level ``from sgl_kernel import`` under an ``_is_cpu`` branch;
-# ``sgl_kernel.mamba`` is left out: only linear-attention models import it).
+# (module-level ``from sgl_kernel import`` under an ``_is_cpu`` branch: on 0.5.23 in ``sglang/kernels/ops/``'s
+# kvcache and speculative modules; ``sgl_kernel.mamba`` is left out: only linear-attention models import it).
 IMPORT_ONLY = (
     "copy_all_layer_kv_cache_cpu",
     "rotate_input_ids_cpu",
