@@ -19,7 +19,6 @@ import os
 import sys
 from pathlib import Path
 
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 if str(Path(__file__).resolve().parent.parent) not in sys.path:

@@ -3,7 +3,7 @@
 The route on a real FastAPI app (upstream's own app, under upstream's ``--api-key`` middleware, in a fresh
 interpreter: tier ``ci_slow``); the client against a real HTTP server on loopback (the standard library's,
 answering what a server with the overlay, one without it, and one with a key answer). The real servers, with
-tokenizer workers on both pins, are ``tests/e2e/test_02_tokenizer_workers.py``.
+tokenizer workers, are ``tests/e2e/test_02_tokenizer_workers.py``.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def test_the_release_folders_probe_takes_precedence_over_the_patchs():
     patch = Patch(id="x", title="t", description="x.md", process="any", targets=(target,), releases=(release,),
                   probe="pkg.probe:probe")  # fmt: skip
     assert patch.for_upstream("0.5.23").probe == "pkg.r.probe:probe"
-    assert patch.for_upstream("0.5.20").probe == "pkg.probe:probe"
+    assert patch.for_upstream("0.5.22").probe == "pkg.probe:probe"
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,21 @@ def test_each_patch_and_each_release_folder_has_its_tests_folder(patch):
 
 
 @pytest.mark.parametrize("patch", SHIPPED, ids=lambda p: p.id)
+def test_each_release_folder_says_the_range_it_serves_first(patch):
+    """A reader opening a release folder sees the range first: its docstring's first line names the declared
+    range and the supported pins in it, and the folder."""
+    import importlib
+
+    for release in patch.releases:
+        doc = importlib.import_module(f"{patch.package}.{release.folder}").__doc__ or ""
+        pins = ", ".join(v for v in lockfile.pin_dirs() if release.applies_to(v))
+        first = (
+            f"Serves sglang {release.upstream} (the pin {pins}): release folder ``{release.folder}/`` of {patch.id}."
+        )
+        assert doc.splitlines()[0] == first, (doc.splitlines()[:1], first)
+
+
+@pytest.mark.parametrize("patch", SHIPPED, ids=lambda p: p.id)
 def test_description_has_sections_and_trailers(patch):
     text = (REPO / "patches" / patch.description).read_text()
     for section in ("## Why", "## How", "## When it can be dropped"):

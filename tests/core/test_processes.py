@@ -21,7 +21,7 @@ from tests.support.proc import run_cli, run_python
 
 pytestmark = pytest.mark.ci_slow  # fresh interpreters that import sglang: seconds each
 
-# a target the owner-lanes patch hooks in the installed pin (0.5.20: RadixCache, 0.5.23: UnifiedRadixCache)
+# a target the owner-lanes patch hooks in the installed pin (0.5.23: UnifiedRadixCache)
 TARGET = [e for _, e in sorted(lockfile.read_lock()["targets"].items()) if e["patch"] == "cp-hicache-owner-lanes"][-1]
 TARGET_MODULE = TARGET["module"]
 _OWNER, _ATTR = TARGET["qualname"].rsplit(".", 1)

@@ -1,4 +1,6 @@
-"""cp-hicache-owner-lanes on sglang >=0.5.23: ``UnifiedRadixCache`` (upstream keeps the rotation bases).
+"""Serves sglang >=0.5.23 (the pin 0.5.23): release folder ``unified/`` of cp-hicache-owner-lanes.
+
+The design it serves: ``UnifiedRadixCache`` (upstream keeps the rotation bases).
 
 Modules: ``state.py`` (per-cache state, leaf index), ``tree_view.py`` (the tree in the planner's terms),
 ``planning.py`` (need per lane, plans), ``eviction.py`` (a plan through upstream's primitives), and one

@@ -1,6 +1,6 @@
 """STAND-IN for the ``sgl_kernel`` package (test tooling only; never installed for a GPU user).
 
-SGLang (either pin) with ``SGLANG_USE_CPU_ENGINE=1`` imports a few names from ``sgl_kernel`` at module level. The
+SGLang with ``SGLANG_USE_CPU_ENGINE=1`` imports a few names from ``sgl_kernel`` at module level. The
 registry has no CPU build (the ``sglang-kernel`` wheel is CUDA-only and fails to import without
 ``libcuda.so.1``), so the real-server tier puts this pure-torch package first on the server's
 ``PYTHONPATH``.
