@@ -1,23 +1,16 @@
-"""The CI matrix as nox sessions: every supported pin, and the Python the official image runs.
+"""The CI matrix as nox sessions: the supported pin (``patches/pins/default``), and the Python the official image runs.
 
-``.ci/run`` runs the README's two commands (the default pin's environment and its default tier), then these
-sessions; each can be run alone (``nox -s wheel``). The pins are the folders of ``patches/pins/`` and the default
-is ``patches/pins/default``, so a new pin joins the matrix without an edit here.
+``.ci/run`` runs the README's two commands (the pin's environment and its default tier), then these sessions; each
+can be run alone (``nox -s wheel``). One pin is supported: ``tiers`` is parametrized by it alone, so its session
+keeps its name, ``tiers(pin='<default>')``.
 
 - ``lint``: ruff (lint and format), the core's layering (import-linter contracts in pyproject.toml) and the
   README's generated tables, with the default pin's environment's tools.
-- ``tiers(pin)``: the pin's environment as ``scripts/apply_patches.sh`` builds it (Python 3.11; the default pin's
-  is the README's ``.venv``, reused when present; an older pin's is rebuilt unless ``-- --reuse``, which
-  ``.ci/run`` passes after building it), ``lock --check``, and the tiers that prove something on that
-  pin. The default pin: ``ci_slow`` whole, and every real-server module that does not depend on how the overlay
-  was installed (both launchers, the abort matrix, the GSM8K runner and its A/B against pristine upstream, the
-  fuzz, HiCache, ``--tp-size 2`` and two nodes on loopback; the launchers' servers are the abort matrix's too). An older
-  pin: its default tier, and the part of ``ci_slow`` and of the real-server tier that depends on the release,
-  by one rule (``-m per_pin``: every test under ``tests/patches/``, and the tests elsewhere marked so: its
-  targets hooked through ``load_plugins()``, its wheel, its probes, upstream's app; the real-server modules of
-  process entry and of several ranks, with its own hook point of ``cluster-consistency``). Its HiCache hooks have
-  no live path on the CPU (nothing builds the page-interleaved allocator) and run in its default tier on the
-  real classes; the runner, the fuzz's differential, packaging and the demo are the same code on every pin.
+- ``tiers(pin)``: the pin's environment as ``scripts/apply_patches.sh`` builds it (Python 3.11; the README's
+  ``.venv``, reused when present, rebuilt with ``-- --fresh``), ``lock --check``, ``ci_slow`` whole, and every
+  real-server module that does not depend on how the overlay was installed (both launchers, the abort matrix, the
+  GSM8K runner and its A/B against pristine upstream, the fuzz, HiCache, ``--tp-size 2`` and two nodes on loopback;
+  the launchers' servers are the abort matrix's too).
 - ``wheel``: what a user of the official image does (Python 3.12): a wheel and an sdist built with ``python -m
   build``, the wheel installed into an environment nox builds with plain ``pip install sglang==<default>``
   (upstream's full dependency set, not the project's script), ``sglang-overlay check``, then the real-server
@@ -39,11 +32,11 @@ import nox
 REPO = Path(__file__).resolve().parent
 PINS_DIR = REPO / "patches" / "pins"
 DEFAULT = (PINS_DIR / "default").read_text(encoding="utf-8").strip()
-PINS = sorted(p.name for p in PINS_DIR.iterdir() if (p / "upstream.lock").is_file())
+VENV = REPO / ".venv"  # the default pin's environment (scripts/apply_patches.sh)
 PYTEST = ("-m", "pytest", "-p", "no:cacheprovider")
 E2E = "tests/e2e/test_{}.py".format
 INSTALL_E2E = tuple(map(E2E, ("00_standins", "02_tokenizer_workers")))  # served from the wheel
-DEFAULT_PIN_E2E = tuple(  # tests/e2e/test_07_demo.py is marked slow: the demo script, outside CI
+PIN_E2E = tuple(  # tests/e2e/test_07_demo.py is marked slow: the demo script, outside CI
     map(
         E2E,
         (
@@ -58,26 +51,16 @@ DEFAULT_PIN_E2E = tuple(  # tests/e2e/test_07_demo.py is marked slow: the demo s
         ),
     )
 )
-# An older pin runs what depends on the release, by one rule (the marker per_pin, tests/conftest.py): every test
-# under tests/patches/ by where it lives, and the tests elsewhere that carry it: the core's checks of the
-# installed release's targets, wheel, probes and routes (ci_slow), process entry and multi-rank servers (e2e).
-# Packaging, the CLI, the add-a-patch and rebase walks, the GSM8K runner and the plugin's refusals (on a test
-# patch) are the same code on every pin: the default pin's tiers run them.
-PER_PIN = "per_pin"
 WHEEL_PYTHON = "3.12"  # SGLang's official image: Python 3.12 as python3
 
 nox.options.sessions = []  # .ci/run names the sessions it runs
 nox.options.error_on_external_run = False
 
 
-def _venv(pin: str) -> Path:
-    return REPO / (".venv" if pin == DEFAULT else f".venv-{pin}")
-
-
 @nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
     """ruff check and format, the layers of the core, the README's generated tables."""
-    bin_dir = _venv(DEFAULT) / "bin"
+    bin_dir = VENV / "bin"
     session.run(str(bin_dir / "ruff"), "check", ".", external=True)
     session.run(str(bin_dir / "ruff"), "format", "--check", ".", external=True)
     session.run(str(bin_dir / "lint-imports"), "--no-cache", external=True)
@@ -95,23 +78,16 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
-@nox.parametrize("pin", PINS)
+@nox.parametrize("pin", [DEFAULT])
 def tiers(session: nox.Session, pin: str) -> None:
-    """One pin's environment from the project's script, its checks and its tiers."""
-    venv = _venv(pin)
-    built = (venv / "bin" / "sglang-overlay").exists()
-    reuse = pin == DEFAULT or "--reuse" in session.posargs  # .ci/run builds every environment before the streams
-    if not (built and reuse) or "--fresh" in session.posargs:
-        shutil.rmtree(venv, ignore_errors=True)
+    """The pin's environment from the project's script, its checks and its tiers."""
+    if not (VENV / "bin" / "sglang-overlay").exists() or "--fresh" in session.posargs:
+        shutil.rmtree(VENV, ignore_errors=True)
         session.run(str(REPO / "scripts" / "apply_patches.sh"), "--upstream", pin, external=True)
-    python, overlay = str(venv / "bin" / "python"), str(venv / "bin" / "sglang-overlay")
+    python, overlay = str(VENV / "bin" / "python"), str(VENV / "bin" / "sglang-overlay")
     session.run(overlay, "lock", "--check", external=True)
-    if pin != DEFAULT:
-        session.run(python, *PYTEST, external=True)
-    only = "" if pin == DEFAULT else f" and {PER_PIN}"
-    session.run(python, *PYTEST, "-m", f"ci_slow{only}", "--durations=10", external=True)
-    e2e = DEFAULT_PIN_E2E if pin == DEFAULT else ("tests/e2e",)
-    session.run(python, *PYTEST, "-m", f"e2e and not slow{only}", "--durations=15", *e2e, external=True)
+    session.run(python, *PYTEST, "-m", "ci_slow", "--durations=10", external=True)
+    session.run(python, *PYTEST, "-m", "e2e and not slow", "--durations=15", *PIN_E2E, external=True)
 
 
 @nox.session(python=WHEEL_PYTHON)
@@ -168,7 +144,7 @@ def rehearse_gpu_check(session: nox.Session) -> None:
     built from the default pin's environment: the device's one command, found failing here first."""
     tmp = Path(session.create_tmp())
     carry, venv = tmp / "gpu_carry", tmp / "gpu312"
-    session.run(str(_venv(DEFAULT) / "bin" / "python"), "scripts/gpu_carry.py", "--out", str(carry), external=True)
+    session.run(str(VENV / "bin" / "python"), "scripts/gpu_carry.py", "--out", str(carry), external=True)
     (site,) = Path(session.virtualenv.location).glob("lib/python3*/site-packages")
     extras = _device_image_extras(session, carry / "manifest.json", site, tmp / "device_extras")
     session.run("python", "scripts/gpu_rehearsal_venv.py", "--venv", str(venv), "--manifest", str(carry / "manifest.json"),

@@ -112,9 +112,9 @@ else
   step "[4/7] torch==$TORCH_VERSION + torchvision==$TORCHVISION_VERSION from the registry, as a pair"
   # torch.__version__ carries the build's local label (2.13.0+cu130): compare the public version.
   if ! "$VENV/bin/python" -c "import sys, torch, torchvision; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION' or torchvision.__version__.split('+')[0] != '$TORCHVISION_VERSION')" 2>/dev/null; then
-    # torch_pip "isolated" (0.5.20): a local-version build (e.g. 2.13.0+cpu) offered by this host's pip
+    # torch_pip "isolated" (the lock's default): a local-version build (e.g. 2.13.0+cpu) offered by this host's pip
     # config does not pair with the registry's torchvision ("operator torchvision::nms does not exist").
-    # "config" (0.5.23): the host's configured index serves the pair itself; --isolated would skip it.
+    # "config" (0.5.23's lock): the host's configured index serves the pair itself; --isolated would skip it.
     if [ "$TORCH_PIP" = config ]; then
       "${PIP[@]}" install "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
     else

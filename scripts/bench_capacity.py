@@ -19,8 +19,8 @@ Per release (the registry's release folder for the installed sglang picks the ad
   the plan) against upstream's min-lane floor filled by ``evict_for_alloc`` + ``_evict_until_allocatable``, on
   the load-back benchmark's trees without load targets; each call asks 1-3 pages per lane, and running
   requests take back what it freed (outside the timing), so every call meets the same shortage;
-- ``hiradix`` (sglang <0.5.23): the release hooks load-back and metadata stamping only; prefill/decode
-  eviction stays upstream's ``evict(num_tokens)``. Nothing to measure: the script says so and exits 3.
+- a release folder whose adapter declares no ``CAPACITY_TARGET`` hooks no capacity eviction: nothing to
+  measure, the script says so and exits 3.
 
 One JSON schema on every pin (``owner_lanes/schema.py``: ``CAPACITY``), files only where ``--json`` says::
 

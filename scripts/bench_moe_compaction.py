@@ -4,7 +4,7 @@
 Patch ``moe-cp-compaction``. For dummy fractions 0%, 12%, 25% and 50% of a
 rank's rows (interleaved through the batch, as lane-slot compute padding puts
 them), on upstream's own ``DeepseekV2MoE`` of the installed pin (real gate, grouped
-top-k, shared experts; 0.5.20 or 0.5.23, each with its own hook) with the CPU
+top-k, shared experts; the release folder's own hook) with the CPU
 stand-ins for DeepEP's dispatcher and experts from ``tests/support/moe_standins.py``
 (the builder is the ``standins`` module of the release folder serving the installed sglang, under
 ``tests/patches/moe_cp_compaction/``; either runs on the CPU or on CUDA):

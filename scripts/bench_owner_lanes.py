@@ -17,19 +17,16 @@ What it measures. On identical trees, one per side from the same seed, with drai
 
 Per release (the registry's release folder for the installed sglang picks the adapter, ``scripts/owner_lanes/``):
 
-- ``hiradix`` (sglang <0.5.23): ``HiRadixCache.load_back`` hooked (plan + evict + owner-classed allocation)
-  against upstream's allocate + ``evict(num_tokens)`` + retry, planning alone and the fork's tensor-count
-  planners beside it, and a shared-KV replay (``owner_lanes/hiradix.py``);
 - ``unified`` (sglang >=0.5.23): ``UnifiedRadixCache._load_back_transfers`` hooked (owner-lane plan, evict the
   plan, upstream's ``alloc_cyclic`` load) against upstream's min-lane gate + LRU ``evict_for_alloc``
   (``owner_lanes/unified.py``).
 
-Both write one JSON schema (``owner_lanes/schema.py``: the same top-level and per-size keys on every pin; a
-figure a release cannot measure is null, its reason in the row's ``not_measured``). The trees differ by
-release (each adapter's ``WORKLOAD``, written in the JSON): compare the ratios and counts across pins.
+A release folder added later brings an adapter of the same shape. Every adapter writes one JSON schema
+(``owner_lanes/schema.py``: the same top-level and per-size keys on every pin; a figure a release cannot measure
+is null, its reason in the row's ``not_measured``). The trees differ by release (each adapter's ``WORKLOAD``,
+written in the JSON): compare the ratios and counts across pins.
 
     .venv/bin/python scripts/bench_owner_lanes.py --quick --json out/ol.json --png out/ol.png
-    .venv-0.5.20/bin/python scripts/bench_owner_lanes.py --quick --json out/ol20.json
 
 ``--quick``: 1k and 10k leaves, 8 load-backs per tree; default: 1k, 10k and 100k, 16 load-backs; ``--sizes`` and
 ``--loads`` override. ``--device cuda``: the device KV pool and the allocator's index tensors on the GPU, each

@@ -42,10 +42,7 @@ DECLARED = {
         "moe-cp-compaction",
         modules=("layout", "producers", "batch_layout", "rows", "boundary"),
         tests=("test_layout.py", "test_batch_layout.py", "test_boundary.py"),
-        releases={"explicit_count": (("forward",), ("test_boundary_rows.py", "test_boundary_cost.py",
-                                                    "test_boundary_hash_routing.py", "test_boundary_guards.py",
-                                                    "test_startup.py")),
-                  "forward_context": (("forward",), ("test_boundary_rows.py", "test_boundary_guards.py",
+        releases={"forward_context": (("forward",), ("test_boundary_rows.py", "test_boundary_guards.py",
                                                      "test_startup.py"))},
         deselect="not the_plugin_path_hooks_the_boundary",  # a fresh interpreter per mutant, hooking only
     ),
@@ -53,24 +50,21 @@ DECLARED = {
         "openai-abort-status",
         modules=("status", "streaming"),
         tests=("test_status_normalize.py", "test_stream_wrapper.py"),
-        releases={"listed_statuses": (("finish_reason",), ("test_abort_finish_reason.py",)),
-                  "status_range": (("finish_reason",), ("test_normalize_then_upstream.py",))},
+        releases={"status_range": (("finish_reason",), ("test_normalize_then_upstream.py",))},
         subprocess_tests=("test_lora_release.py", "-k", "exactly_once or normal_finish"),
     ),
     "hicache": Declared(
         "cp-hicache-owner-lanes",
         modules=("planner", "leaf_index", "metadata", "counters"),
         tests=("",),  # the patch's whole test folder: the conftest collects the serving folder's tests only
-        releases={"hiradix": (("state", "load_back", "allocation", "eviction", "stamping"), ()),
-                  "unified": (("state", "gate", "capacity", "host_backup", "planning", "eviction", "lane_tree"), ())},
+        releases={"unified": (("state", "gate", "capacity", "host_backup", "planning", "eviction", "lane_tree"), ())},
     ),
     "cluster": Declared(
         "cluster-consistency",
         modules=("state", "verdict", "exchange"),
         tests=("test_exchange.py", "test_verdict.py", "test_state.py"),
         # each folder's hook module only re-exports the shared AFTER hook: nothing of its own to mutate
-        releases={"torch_distributed": ((), ("test_hook_point.py",)),
-                  "parallel_runtime": ((), ("test_hook_point.py",))},
+        releases={"parallel_runtime": ((), ("test_hook_point.py",))},
     ),
 }  # fmt: skip
 

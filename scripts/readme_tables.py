@@ -7,6 +7,8 @@ one is stale (CI's lint). The blocks:
   it runs in, whether it is still needed on the default pin (``sglang-overlay check --needed``: each patch's
   probe of upstream's bug), and its description;
 - ``knobs`` (docs/operators/environment.md): each patch's environment variables;
+- ``release-ranges`` (docs/maintainers/patches.md, first in its per-release section): one line per sglang range,
+  the release folders declaring it and the supported pins it serves;
 - ``releases`` (docs/maintainers/patches.md): every release folder with the sglang range it serves.
 
 Invariants: only the text between a block's markers changes; the registry is read for every release (a patch
@@ -27,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sglang_overlay.core.lockfile import default_version  # noqa: E402
+from sglang_overlay.core.lockfile import default_version, pin_dirs  # noqa: E402
 from sglang_overlay.core.registry import ANY_UPSTREAM, FIXED_UPSTREAM, NEEDED, Patch, discover_patches  # noqa: E402
 
 DEFAULT_PIN = default_version(REPO / "patches")
@@ -82,11 +84,24 @@ def releases(patches: list[Patch], needed: dict[str, str]) -> list[str]:
     return rows
 
 
+def release_ranges(patches: list[Patch], needed: dict[str, str]) -> list[str]:
+    rows = ["| release folders | serve sglang | supported pins served |", "|---|---|---|"]
+    ranges: dict[str, list] = {}
+    for p in patches:
+        for r in p.releases:
+            ranges.setdefault(r.upstream, []).append((r, f"`{r.folder}/` ({p.id})"))
+    for spec, folders in ranges.items():
+        pins = ", ".join(v for v in pin_dirs() if folders[0][0].applies_to(v)) or "none"
+        rows.append(f"| {', '.join(name for _, name in folders)} | `{spec}` | {pins} |")
+    return rows
+
+
 # block name -> (the page, the rows)
 BLOCKS: dict[str, tuple[Path, Callable[[list[Patch], dict[str, str]], list[str]]]] = {
     "patches": (REPO / "README.md", patches_readme),
     "patches-docs": (REPO / "docs" / "patches" / "index.md", patches_docs),
     "knobs": (REPO / "docs" / "operators" / "environment.md", knobs),
+    "release-ranges": (REPO / "docs" / "maintainers" / "patches.md", release_ranges),
     "releases": (REPO / "docs" / "maintainers" / "patches.md", releases),
 }
 

@@ -3,7 +3,7 @@
 ``core.process_hook`` ships the line; here, :func:`on_interpreter_start` puts :class:`_TargetImportTrigger`
 first on ``sys.meta_path``, which applies the overlay (``core.hooking.apply``) at the first import of a
 patch-target module, before that module executes, and nowhere else. A process that never imports a target
-module (the detokenizer in 0.5.20) is left alone: it runs no patched code.
+module is left alone: it runs no patched code.
 
 Invariants: nothing happens unless SGLang would load the plugin here (``SGLANG_PLUGINS``); a process is
 entered once; a failure to apply ends the process (strict) instead of letting it run unpatched.

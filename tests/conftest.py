@@ -3,8 +3,8 @@
 Releases: the one way a test says which upstream it needs is where it lives. A patch's release folder
 (``sglang_overlay/patches/<patch>/<folder>/``, ``RELEASE = Release(range, ...)``) has its tests in
 ``tests/patches/<patch>/<folder>/``, collected only where the installed sglang is in that range (the range
-declared once, for the code and its tests); everything else runs on every pin. So ``pytest`` in either
-pin's environment is that pin's whole suite, and the folders left out are listed at the end of the run.
+declared once, for the code and its tests); everything else runs on every pin. So ``pytest`` in a pin's
+environment is that pin's whole suite, and the folders left out are listed at the end of the run.
 
 Tiers (markers): the default run is in-process; ``ci_slow`` holds fresh interpreters, packaging, nested
 pytest runs and quick benchmarks; ``e2e`` the real servers; ``slow`` the long runs.
@@ -18,8 +18,6 @@ project's ``../shared/data/gsm8k``, else the runner's cache); tests that need th
 import os
 import sys
 from pathlib import Path
-
-import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -64,15 +62,6 @@ def pytest_ignore_collect(collection_path, config):
             NOT_COLLECTED.append(left_out)
         return True
     return None
-
-
-def pytest_collection_modifyitems(config, items):
-    """Every test under ``tests/patches/`` is ``per_pin`` by where it lives (a patch's code and tests are the
-    release's); elsewhere the marker is written on the test. An older pin's nox session selects by it."""
-    patches = REPO / "tests" / "patches"
-    for item in items:
-        if item.path.is_relative_to(patches):
-            item.add_marker(pytest.mark.per_pin)
 
 
 def pytest_report_header(config):

@@ -75,7 +75,7 @@ def _layer_of_installed_pin(args, device, dtype):
 
 def run_full(args, device, dtype) -> dict:
     require_sglang(
-        ">=0.5.20",
+        ">=0.5.23",
         "bench_moe_compaction.py (the whole DeepseekV2MoE layer)",
         "--boundary-only measures the boundary alone, without sglang.",
     )

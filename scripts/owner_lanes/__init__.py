@@ -2,7 +2,7 @@
 
 ``scripts/bench_owner_lanes.py`` (load-back) and ``scripts/bench_capacity.py`` (prefill/decode capacity
 eviction) drive the release folder that serves the installed sglang: ``discover_patches(ANY_UPSTREAM)`` -> the
-patch -> ``release_for(version)`` -> ``Release.folder`` ("hiradix" or "unified") -> the module of that name
+patch -> ``release_for(version)`` -> ``Release.folder`` (today "unified") -> the module of that name
 here. Every adapter has one shape: ``TIMED_CALL``, ``UPSTREAM_PATH``, ``WORKLOAD``, ``N``, ``PS``,
 ``NOT_MEASURED``, ``CHART_CURVES``, ``prepare(device)``, ``bench_size(release, leaves, loads, seed, device)``,
 ``release_detail(quick, seed, device)``, ``report_detail(console, result)``; and, where the release hooks
@@ -12,7 +12,7 @@ through ``schema``, so every pin writes the same keys.
 
     from owner_lanes import adapter_for, installed_release
     version, release = installed_release()   # SystemExit naming why, when no folder serves this sglang
-    adapter = adapter_for(release)           # owner_lanes.hiradix or owner_lanes.unified
+    adapter = adapter_for(release)           # owner_lanes.unified on sglang 0.5.23
 
 Invariant: nothing here imports sglang or torch; an adapter is imported only once chosen.
 Cost: one import of the patch declarations.

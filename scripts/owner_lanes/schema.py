@@ -4,7 +4,7 @@ A per-size row has the shared keys and each sided figure twice (``<figure>_patch
 plus ``not_measured`` ({key: why}) and ``release_detail`` (what only that release's adapter reports). A
 figure a release cannot measure is ``None`` with its reason in ``not_measured``, never missing.
 :func:`size_row` and :func:`result` refuse a key the schema lacks and a key it names that is absent, so
-``--json`` has the same top-level keys and the same per-size keys on 0.5.20 (hiradix) and 0.5.23 (unified).
+``--json`` has the same top-level keys and the same per-size keys on every release folder's adapter (today unified, sglang 0.5.23).
 
     row = size_row(LOAD_BACK, {**sides(LOAD_BACK, patch.figures(), upstream.figures()), ...}, not_measured, detail)
 

@@ -24,7 +24,7 @@ from sglang_overlay.core import server_status
 from sglang_overlay.errors import OverlayError
 
 PATH = "/overlay/status"
-HTTP_MODULE = "sglang.srt.entrypoints.http_server"  # where upstream's FastAPI ``app`` lives (both pins)
+HTTP_MODULE = "sglang.srt.entrypoints.http_server"  # where upstream's FastAPI ``app`` lives
 logger = logging.getLogger("sglang_overlay")
 KEY_ENV = "OPENAI_API_KEY"  # what upstream's own tests and OpenAI clients send to a server run with --api-key
 

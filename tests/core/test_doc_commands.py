@@ -127,9 +127,9 @@ def test_continuations_prefixes_and_shell_operators():
     text = """
         '''bash
         FOO=1 .venv/bin/python scripts/x.py --a \\
-            --b 2 | tee log && .venv-0.5.20/bin/sglang-overlay lock --check > out.txt
+            --b 2 | tee log && .venv-0.5.22/bin/sglang-overlay lock --check > out.txt
         $ python3 -m sglang_overlay check; bash scripts/y.sh --gpu 2>&1 &
-        .venv/bin/nox -s "tiers(pin='0.5.23')" -- --reuse
+        .venv/bin/nox -s "tiers(pin='0.5.23')" -- --fresh
         '''
         '''dockerfile
         FROM image
@@ -142,7 +142,7 @@ def test_continuations_prefixes_and_shell_operators():
         (3, "overlay", ("lock", "--check")),
         (5, "overlay", ("check",)),
         (5, "script", ("scripts/y.sh", "--gpu")),
-        (6, "nox", ("nox", "-s", "tiers(pin='0.5.23')", "--", "--reuse")),
+        (6, "nox", ("nox", "-s", "tiers(pin='0.5.23')", "--", "--fresh")),
         (10, "overlay", ("check",)),
     ]
 

@@ -3,7 +3,7 @@
 The route on a real FastAPI app (upstream's own app, under upstream's ``--api-key`` middleware, in a fresh
 interpreter: tier ``ci_slow``); the client against a real HTTP server on loopback (the standard library's,
 answering what a server with the overlay, one without it, and one with a key answer). The real servers, with
-tokenizer workers on both pins, are ``tests/e2e/test_02_tokenizer_workers.py``.
+tokenizer workers, are ``tests/e2e/test_02_tokenizer_workers.py``.
 """
 
 from __future__ import annotations
@@ -255,7 +255,6 @@ print(json.dumps({
 
 
 @pytest.mark.ci_slow  # imports upstream's http_server (about 12 s) in a fresh interpreter
-@pytest.mark.per_pin  # what it checks is the installed release's: an older pin's ci_slow runs it too
 def test_on_upstreams_app_the_route_asks_for_the_key_like_upstreams_routes():
     """Upstream's real app and ``--api-key`` middleware: the route is appended (no route moved or changed) and
     refuses a request without the key exactly as ``/server_info`` does (401); with the key it is reached (503

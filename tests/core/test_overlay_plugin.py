@@ -64,7 +64,6 @@ def test_load_plugins_applies_lazily_through_entry_point(demo_lock):
     assert rep["walks"] and sum(rep["walks"]) < rep["modules"], (rep["walks"], rep["modules"])
 
 
-@pytest.mark.per_pin  # what it checks is the installed release's: an older pin's ci_slow runs it too
 def test_every_shipped_patch_is_wrapped_after_its_modules_import():
     """The real series: after importing each patch's target modules, every target holds the overlay's hook."""
     code = """
@@ -97,7 +96,6 @@ def test_every_shipped_patch_is_wrapped_after_its_modules_import():
     assert rep["status"]["pending_modules"] == []
 
 
-@pytest.mark.per_pin  # what it checks is the installed release's: an older pin's ci_slow runs it too
 def test_every_target_of_the_installed_pins_lock_is_hooked_through_load_plugins():
     report = hook_report(run_python(HOOK_REPORT, timeout=300))
     installed = importlib.metadata.version("sglang")

@@ -45,6 +45,21 @@ def test_each_patch_and_each_release_folder_has_its_tests_folder(patch):
 
 
 @pytest.mark.parametrize("patch", SHIPPED, ids=lambda p: p.id)
+def test_each_release_folder_says_the_range_it_serves_first(patch):
+    """A reader opening a release folder sees the range first: its docstring's first line names the declared
+    range and the supported pins in it, and the folder."""
+    import importlib
+
+    for release in patch.releases:
+        doc = importlib.import_module(f"{patch.package}.{release.folder}").__doc__ or ""
+        pins = ", ".join(v for v in lockfile.pin_dirs() if release.applies_to(v))
+        first = (
+            f"Serves sglang {release.upstream} (the pin {pins}): release folder ``{release.folder}/`` of {patch.id}."
+        )
+        assert doc.splitlines()[0] == first, (doc.splitlines()[:1], first)
+
+
+@pytest.mark.parametrize("patch", SHIPPED, ids=lambda p: p.id)
 def test_description_has_sections_and_trailers(patch):
     text = (REPO / "patches" / patch.description).read_text()
     for section in ("## Why", "## How", "## When it can be dropped"):
@@ -87,8 +102,8 @@ def test_declarations_are_validated():
         Knob("SGLANG_OVERLAY_X", "maybe", "m")
 
 
-@pytest.mark.parametrize("a, b, witness", [("<0.5.23", "<0.5.24", "0"), (">=0.5.20,<0.6", ">=0.5.23", "0.5.23"),
-                                           ("==0.5.23", "~=0.5.20", "0.5.23"), (">0.5.23", ">=0.5.23.post1", "0.5.23.9999")])  # fmt: skip
+@pytest.mark.parametrize("a, b, witness", [("<0.5.23", "<0.5.24", "0"), (">=0.5.22,<0.6", ">=0.5.23", "0.5.23"),
+                                           ("==0.5.23", "~=0.5.22", "0.5.23"), (">0.5.23", ">=0.5.23.post1", "0.5.23.9999")])  # fmt: skip
 def test_overlapping_release_ranges_are_refused_naming_both_folders(a, b, witness):
     first = Release(a, targets=(Target("m", "A.f", "p.one.h:f"),), folder="one")
     second = Release(b, targets=(Target("m", "A.f", "p.two.h:f"),), folder="two")
@@ -155,28 +170,28 @@ def package(tmp_path, monkeypatch):
 
 def test_adding_a_release_is_one_folder(package):
     """Two designs, then a third: one more folder, and each release gets exactly its folder's hooks."""
-    two = package({"hiradix": "<0.5.23", "unified": ">=0.5.23"})
-    three = package({"hiradix": "<0.5.23", "unified": ">=0.5.23,<0.6", "paged": ">=0.6"})
+    two = package({"legacy": "<0.5.23", "unified": ">=0.5.23"})
+    three = package({"legacy": "<0.5.23", "unified": ">=0.5.23,<0.6", "paged": ">=0.6"})
 
     def hooks(pkg, version):
         return [t.hook.split(".")[-2] for p in discover_patches(version, package=pkg) for t in p.targets]
 
-    assert hooks(two, "0.5.20") == ["hiradix"] and hooks(two, "0.6.1") == ["unified"]
-    assert hooks(three, "0.5.20") == ["hiradix"] and hooks(three, "0.5.23") == ["unified"]
+    assert hooks(two, "0.5.22") == ["legacy"] and hooks(two, "0.6.1") == ["unified"]
+    assert hooks(three, "0.5.22") == ["legacy"] and hooks(three, "0.5.23") == ["unified"]
     assert hooks(three, "0.6.1") == ["paged"]
     whole = discover_patches(ANY_UPSTREAM, package=three)[0]
-    assert [r.folder for r in whole.releases] == ["hiradix", "paged", "unified"]
+    assert [r.folder for r in whole.releases] == ["legacy", "paged", "unified"]
 
 
 def test_a_release_outside_every_folder_has_no_series_entry(package):
     pkg = package({"unified": ">=0.5.23"})
-    assert discover_patches("0.5.20", package=pkg) == []
+    assert discover_patches("0.5.22", package=pkg) == []
 
 
 def test_overlapping_folders_are_refused_at_discovery(package):
-    pkg = package({"hiradix": "<0.5.24", "unified": ">=0.5.23"})
+    pkg = package({"legacy": "<0.5.24", "unified": ">=0.5.23"})
     with pytest.raises(
-        RegistryError, match=r"'hiradix' \(<0.5.24\) and 'unified' \(>=0.5.23\) both claim sglang 0.5.23"
+        RegistryError, match=r"'legacy' \(<0.5.24\) and 'unified' \(>=0.5.23\) both claim sglang 0.5.23"
     ):
         discover_patches(ANY_UPSTREAM, package=pkg)
 

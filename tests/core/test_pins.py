@@ -3,6 +3,7 @@
 
 Pin-independent (runs under any installed sglang): reads the committed locks and the registry, never
 imports upstream. A release's own behaviour is tested in its release folder (``tests/patches/<patch>/<folder>/``).
+One pin is supported today; a second one (``SYNTHETIC``, in a copy of ``patches/``) shows what one more folder does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,23 @@ from tests.support.env import REPO
 PINS = {p.name: p for p in sorted((REPO / "patches" / "pins").glob("*/upstream.lock"), key=lambda f: Version(f.parent.name))
         for p in [p.parent]}  # fmt: skip
 DEFAULT = (REPO / "patches" / "pins" / "default").read_text(encoding="utf-8").strip()
-OLDER = [v for v in PINS if v != DEFAULT]  # the supported pins that are not the default, oldest first
+SYNTHETIC = "0.5.22"  # a second pin, only ever in a copy of patches/ (synthetic_pins)
+
+
+def synthetic_pins(root):
+    """A copy of ``patches/`` under ``root`` with one more pin folder, ``SYNTHETIC``: the default's lock with the
+    version, the wheels' names and torch changed (a pin is its folder and its lock, nothing else)."""
+    import shutil
+
+    copy = root / "patches"
+    shutil.copytree(REPO / "patches", copy)
+    lock = json.loads((copy / "pins" / DEFAULT / "upstream.lock").read_text(encoding="utf-8"))
+    lock["upstream"].update(version=SYNTHETIC, torch="2.13.0", torchvision="0.28.0")
+    for entry in lock["upstream"]["wheels"].values():
+        entry["file"] = entry["file"].replace(f"sglang-{DEFAULT}-", f"sglang-{SYNTHETIC}-")
+    (copy / "pins" / SYNTHETIC).mkdir()
+    (copy / "pins" / SYNTHETIC / "upstream.lock").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+    return copy
 
 
 def test_the_supported_pins_are_the_folders_and_the_default_is_one_line():
@@ -32,17 +49,30 @@ def test_the_supported_pins_are_the_folders_and_the_default_is_one_line():
 
 
 def test_changing_the_default_is_one_line(tmp_path, monkeypatch):
-    """A copy of patches/ whose default file names an older pin: that pin becomes the default everywhere."""
-    import shutil
-
-    older = OLDER[0]
-    copy = tmp_path / "patches"
-    shutil.copytree(REPO / "patches", copy)
-    (copy / "pins" / "default").write_text(f"{older}\n")
+    """A copy of patches/ with a second pin whose default file names it: that pin becomes the default everywhere."""
+    copy = synthetic_pins(tmp_path)
+    (copy / "pins" / "default").write_text(f"{SYNTHETIC}\n")
     monkeypatch.setattr(lockfile, "patches_dir", lambda: copy)
     monkeypatch.setattr(installed, "installed_sglang_version", lambda: None)
-    assert lockfile.default_version() == older
-    assert lockfile.default_lock_path() == copy / "pins" / older / "upstream.lock"
+    assert lockfile.default_version() == SYNTHETIC
+    assert lockfile.default_lock_path() == copy / "pins" / SYNTHETIC / "upstream.lock"
+
+
+@pytest.mark.parametrize("version, lock", [(SYNTHETIC, SYNTHETIC), (DEFAULT, DEFAULT), ("0.5.21", DEFAULT)])
+def test_a_second_pin_folder_is_chosen_by_the_installed_sglang_and_another_release_refused(
+    tmp_path, monkeypatch, version, lock
+):
+    copy = synthetic_pins(tmp_path)
+    monkeypatch.setattr(lockfile, "patches_dir", lambda: copy)
+    monkeypatch.setattr(installed, "installed_sglang_version", lambda: version)
+    assert list(lockfile.pin_dirs()) == sorted([DEFAULT, SYNTHETIC], key=Version)  # oldest first
+    assert lockfile.default_lock_path() == copy / "pins" / lock / "upstream.lock"
+    problem = verify.version_problem(lockfile.read_pin())
+    if version == lock:
+        assert problem is None
+    else:
+        assert f"does not support the installed sglang {version}" in problem
+        assert f"supported pins: sglang=={SYNTHETIC}, sglang=={DEFAULT}" in problem
 
 
 @pytest.mark.parametrize("version, lock", [*((v, v) for v in PINS), ("0.5.99", DEFAULT), (None, DEFAULT)])
@@ -103,22 +133,33 @@ def test_each_release_folder_serves_its_pins_and_no_other():
 
 
 def test_a_patch_without_a_target_for_a_release_is_not_in_its_series():
-    old = Release("<0.5.23", targets=(Target("sglang.srt.x", "A.f", "pkg.only_old.hiradix.m:f"),), folder="hiradix")
+    old = Release("<0.5.23", targets=(Target("sglang.srt.x", "A.f", "pkg.only_old.legacy.m:f"),), folder="legacy")
     patch = Patch(id="only-old", title="t", description="d.md", process="any", position=9, releases=(old,))
     assert patch.for_upstream("0.5.23") is None
-    assert [t.path for t in patch.for_upstream("0.5.20").targets] == ["sglang.srt.x.A.f"]
+    assert [t.path for t in patch.for_upstream(SYNTHETIC).targets] == ["sglang.srt.x.A.f"]
 
 
-def run_apply(*args):
-    return subprocess.run([str(REPO / "scripts" / "apply_patches.sh"), *args], capture_output=True, text=True)
+def run_apply(*args, repo=REPO):
+    return subprocess.run([str(repo / "scripts" / "apply_patches.sh"), *args], capture_output=True, text=True)
 
 
-def test_apply_patches_reads_the_older_pin():
-    older = OLDER[0]
-    proc = run_apply("--upstream", older, "--print-pin")
+def test_apply_patches_reads_another_pins_folder(tmp_path):
+    """The set-up script in a checkout with a second pin: ``--upstream`` reads that pin's folder, the default
+    stays the default's, and an unsupported version is refused naming both."""
+    import shutil
+
+    synthetic_pins(tmp_path)
+    (tmp_path / "scripts").mkdir()
+    shutil.copy2(REPO / "scripts" / "apply_patches.sh", tmp_path / "scripts" / "apply_patches.sh")
+    proc = run_apply("--upstream", SYNTHETIC, "--print-pin", repo=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    pin = lockfile.read_pin(PINS[older] / "upstream.lock")
-    assert proc.stdout.startswith(f"sglang=={older} torch=={pin.torch} torchvision=={pin.torchvision} python 3.")
+    assert proc.stdout.startswith(f"sglang=={SYNTHETIC} torch==2.13.0 torchvision==0.28.0 python 3."), proc.stdout
+    assert f"wheel sglang-{SYNTHETIC}-cp3" in proc.stdout or "wheel none for Python" in proc.stdout, proc.stdout
+    proc = run_apply("--print-pin", repo=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"sglang=={DEFAULT} "), proc.stdout + proc.stderr
+    proc = run_apply("--upstream", "0.5.21", "--print-pin", repo=tmp_path)
+    assert proc.returncode == 1
+    assert f"sglang==0.5.21 is not a supported pin (supported: {SYNTHETIC} {DEFAULT}" in proc.stderr, proc.stderr
 
 
 def test_apply_patches_refuses_an_unsupported_pin_and_names_the_supported_ones():

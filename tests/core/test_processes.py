@@ -21,7 +21,7 @@ from tests.support.proc import run_cli, run_python
 
 pytestmark = pytest.mark.ci_slow  # fresh interpreters that import sglang: seconds each
 
-# a target the owner-lanes patch hooks in the installed pin (0.5.20: RadixCache, 0.5.23: UnifiedRadixCache)
+# a target the owner-lanes patch hooks in the installed pin (0.5.23: UnifiedRadixCache)
 TARGET = [e for _, e in sorted(lockfile.read_lock()["targets"].items()) if e["patch"] == "cp-hicache-owner-lanes"][-1]
 TARGET_MODULE = TARGET["module"]
 _OWNER, _ATTR = TARGET["qualname"].rsplit(".", 1)
@@ -48,7 +48,6 @@ def test_the_process_hook_is_installed_in_this_environment():
     assert proc.returncode == 0 and json.loads(proc.stdout)["installed"] is True
 
 
-@pytest.mark.per_pin  # what it checks is the installed release's: an older pin's ci_slow runs it too
 def test_a_child_of_an_overlay_process_is_entered_at_its_first_target_import():
     """What a tokenizer worker is: a process SGLang starts without load_plugins()."""
     rep = report(run_python(CHILD, SGLANG_OVERLAY_PROCESS_START="1"))

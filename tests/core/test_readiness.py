@@ -197,7 +197,6 @@ def test_a_module_that_is_a_package_is_found_in_a_wheel_as_its_init():
 
 
 @pytest.mark.ci_slow  # reads the pin's whole sglang wheel
-@pytest.mark.per_pin  # what it checks is the installed release's: an older pin's ci_slow runs it too
 def test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency():
     """``rebase-check`` against the wheel ``scripts/apply_patches.sh`` installed (sha256-verified, cached): every
     target and every dependency is found and unchanged, so a ``changed`` elsewhere means upstream changed."""

@@ -10,6 +10,7 @@ import importlib.util
 
 import pytest
 
+from sglang_overlay.core import lockfile
 from sglang_overlay.core.registry import ANY_UPSTREAM, discover_patches
 from tests.support.env import REPO
 
@@ -41,6 +42,19 @@ def test_every_patch_has_a_verdict_and_every_knob_and_release_folder_a_row():
         assert f"| {patch.position} | `{patch.id}` | {patch.title} | {patch.process} | {needed[patch.id]} |" in readme
         assert all(f"`{knob.name}`" in knobs for knob in patch.knobs)
         assert all(f"/{r.folder}/` | `{r.upstream}` |" in releases for r in patch.releases)
+
+
+def test_each_sglang_range_is_one_line_naming_its_folders_and_the_pins_it_serves():
+    tables = _tables()
+    patches = discover_patches(ANY_UPSTREAM)
+    lines = tables.release_ranges(patches, {})[2:]
+    specs = {r.upstream for p in patches for r in p.releases}
+    assert len(lines) == len(specs)
+    for patch in patches:
+        for r in patch.releases:
+            (line,) = [line for line in lines if f"| `{r.upstream}` |" in line]
+            pins = [v for v in lockfile.pin_dirs() if r.applies_to(v)]
+            assert f"`{r.folder}/` ({patch.id})" in line and line.endswith(f"| {', '.join(pins) or 'none'} |"), line
 
 
 def test_a_page_without_its_block_is_named():

@@ -16,7 +16,7 @@ from tests.support.real_server.active import PATCHES, active_lines
 from tests.support.real_server.configs import OVERLAY_MSGPACK_W2, OVERLAY_PICKLE_W2
 from tests.support.real_server.server import run_status
 
-pytestmark = [pytest.mark.e2e, pytest.mark.per_pin]  # process entry and multi-rank: per release
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module", params=[OVERLAY_PICKLE_W2, OVERLAY_MSGPACK_W2], ids=lambda c: c.name)

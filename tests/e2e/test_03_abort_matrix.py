@@ -1,17 +1,17 @@
 """Real scheduler-side error aborts, overlay and upstream side by side, through every OpenAI-compatible route.
 
-The triggers are upstream's own (line numbers are 0.5.20's sglang/srt/managers/scheduler.py), reachable on
+The triggers are upstream's own (line numbers are 0.5.23's sglang/srt/managers/scheduler.py), reachable on
 demand with the flags of ``server.ABORT_FLAGS`` and ``SGLANG_REQ_RUNNING_TIMEOUT=4``:
 
-- ``priority``: ``Scheduler._set_or_validate_priority`` (scheduler.py:3229-3256): with
+- ``priority``: ``Scheduler._set_or_validate_priority`` (scheduler.py:3520-3543): with
   ``--abort-on-priority-when-disabled`` a request carrying ``priority`` is refused with
   ``HTTPStatus.SERVICE_UNAVAILABLE`` ("Using priority is disabled for this server...") before any token.
   OpenAI routes only (the Anthropic request has no priority field).
-- ``queue_full``: ``Scheduler._abort_on_queued_limit`` (scheduler.py:3258-3297): every running slot busy and
+- ``queue_full``: ``Scheduler._abort_on_queued_limit`` (scheduler.py:3552-3596): every running slot busy and
   ``--max-queued-requests`` reached, the incoming request is refused with 503 "The request queue is full.";
   the probe occupies the slots with real decoding requests (``probes.QueueFiller``).
-- ``running_timeout``: ``Scheduler._poll_timeout_aborts`` (scheduler.py:3299-3353) emits an ``AbortReq``
-  with an abort message, and ``abort_request`` (scheduler.py:5363-5369) finishes the running request with
+- ``running_timeout``: ``Scheduler._poll_timeout_aborts`` (scheduler.py:3598-3651) emits an ``AbortReq``
+  with an abort message, and ``abort_request`` (scheduler.py:5806-5810) finishes the running request with
   ``FINISH_ABORT(message, 503)``: a 503 AFTER tokens were streamed ("Request running timeout reached.").
   (The over-long input path, ``validate_input_length``, is a 400 that upstream already reports properly.)
 
@@ -19,8 +19,8 @@ Each cell sends the same request to each server and reduces what the client saw 
 The overlay cells assert the contract (README "openai-abort-status"): the real status and message,
 as an HTTP error before the first chunk on OpenAI routes, as an SSE error event after it, and on
 Anthropic ``/v1/messages`` upstream's typed ``overloaded_error`` with the real message. The upstream
-cells pin what upstream 0.5.20 was observed to do (``aborts.UPSTREAM``), which is what the overlay fixes, with
-what later pins changed of it (``UPSTREAM_CHANGES``: the tier runs on both pins).
+cells pin what upstream 0.5.23 was observed to do (``aborts.UPSTREAM``), which is what the overlay fixes, with
+what other releases change of it keyed by the serving release folder (``UPSTREAM_CHANGES``).
 
 FAILING-FIRST: ``overlay-msgpack-w2-*`` stream cells (tokenizer workers never loaded the overlay:
 HTTP 200 + ``finish_reason: "abort"``) and ``messages`` stream ``queue_full`` cells (the overlay's SSE

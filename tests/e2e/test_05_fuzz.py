@@ -58,8 +58,9 @@ def _token_ids(value):
 
 
 def out_of_vocab(body) -> bool:
-    """A prompt of token ids outside the vocabulary: kills upstream 0.5.20's scheduler (IndexError in
-    ``VocabParallelEmbedding``, the whole server goes down), with or without the overlay. Excluded here,
+    """A prompt of token ids outside the vocabulary: kills upstream's scheduler in ``VocabParallelEmbedding``
+    (an IndexError when first seen, on 0.5.20; not re-checked on 0.5.23), the whole server goes down, with or
+    without the overlay. Excluded here,
     reported as an upstream defect; the fuzz would otherwise end at the first such case."""
     if not isinstance(body, dict):
         return False

@@ -3,11 +3,9 @@ the overlay server starts, serves repeated-prefix requests through a device pool
 to the host tier, and its greedy outputs equal upstream's for the same requests (the owner-lanes patch
 must be inert on a pool that is not page-interleaved).
 
-Per pin, in the scheduler that owns the cache (``sglang-overlay status``): on 0.5.20 the server builds
-``UnifiedRadixCache`` with HiCache attached, not ``HiRadixCache``, so the owner-lanes hooks on
-``hiradix_cache`` stay pending; on 0.5.23 the patch's three targets, ``UnifiedRadixCache._load_back_transfers``
-and ``_execute_kv_backup`` (host backup) and the allocators' ``evict_to_free_tokens`` (prefill/decode
-capacity), are hooked and pass through (the pool is not page-interleaved without
+In the scheduler that owns the cache (``sglang-overlay status``), on 0.5.23: the patch's three targets,
+``UnifiedRadixCache._load_back_transfers`` and ``_execute_kv_backup`` (host backup) and the allocators'
+``evict_to_free_tokens`` (prefill/decode capacity), are hooked and pass through (the pool is not page-interleaved without
 ``--enable-kv-cache-sharding``), so the outputs equal upstream's."""
 
 from __future__ import annotations
@@ -94,12 +92,6 @@ def test_the_scheduler_owning_the_cache_holds_the_pins_owner_lane_hooks(outputs,
     scheduler = schedulers[0]
     targets = releases.hooked_targets("cp-hicache-owner-lanes")  # the serving release folder's, from the registry
     applied = sorted(scheduler["applied"].get("cp-hicache-owner-lanes", []))
-    # unified/: the server's UnifiedRadixCache imports every target; hiradix/: it builds no HiRadixCache, so the
-    # targets in hiradix_cache stay pending (those in radix_cache are applied: the scheduler imports it)
-    if releases.per_release("cp-hicache-owner-lanes", {"unified": True, "hiradix": False}):
-        assert applied == sorted(targets), scheduler
-    else:
-        hiradix = "sglang.srt.mem_cache.hiradix_cache"
-        pending = [t for t in targets if t.startswith(hiradix + ".")]
-        assert pending and not set(pending) & set(applied), scheduler
-        assert hiradix in scheduler["pending_modules"], scheduler
+    # unified/: the server's UnifiedRadixCache imports every target (a new release folder says here what it expects)
+    assert releases.per_release("cp-hicache-owner-lanes", {"unified": "every target applied"})
+    assert applied == sorted(targets), scheduler

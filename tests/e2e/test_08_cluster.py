@@ -13,7 +13,7 @@ two-node job (this module), and one launch per refusal.
 - ``--dp-size 2 --enable-dp-attention`` (``--tp-size 2``): upstream cannot serve it on this CPU, with or without the
   overlay (its torch_native attention backend lacks a method the DP-attention padding calls, in the warm-up's first
   forward); before that, the overlay has entered both schedulers, and the data-parallel controller where upstream
-  calls ``load_plugins()`` there (0.5.23; it runs no patched target, so nothing enters it on 0.5.20).
+  calls ``load_plugins()`` there (0.5.23 does; it runs no patched target).
 - The patch ``cluster-consistency`` has each rank report its overlay through the job's rendezvous store:
   node 1 without the overlay (``SGLANG_PLUGINS`` naming only the CPU stand-ins) is refused naming node 1;
   node 1 with one patch disabled is refused naming the patch.
@@ -39,7 +39,7 @@ from tests.support.real_server.server import (
     start_server,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.per_pin]  # process entry and multi-rank: per release
+pytestmark = pytest.mark.e2e
 
 WAIT = (("SGLANG_OVERLAY_CLUSTER_WAIT_S", "10"),)  # the bound a missing rank costs; 20 s by default
 OVERLAY_TP2 = tensor_parallel(ServerConfig(overlay=True, abort_triggers=True))
@@ -166,8 +166,8 @@ def test_dp_attention_fails_in_upstream_on_this_cpu_after_the_overlay_entered_ev
     roles = re.findall(r"sglang-overlay: active pid=\d+ role=(\S+)", log)
     if overlay:  # the DP controller runs no patched target: entered where upstream calls load_plugins() there
         assert roles.count("scheduler") == 2, roles
-        # parallel_runtime/'s releases (0.5.23 on) call load_plugins() in the DP controller; before, it runs no target
-        dp_entered = releases.per_release("cluster-consistency", {"parallel_runtime": True, "torch_distributed": False})
+        # parallel_runtime/'s releases (0.5.23 on) call load_plugins() in the DP controller (a new folder says here)
+        dp_entered = releases.per_release("cluster-consistency", {"parallel_runtime": True})
         assert ("data_parallel_controller" in roles) == dp_entered, roles
         assert len(re.findall(r"cluster of 2 ranks consistent", log)) == 2, log[-3000:]
     else:

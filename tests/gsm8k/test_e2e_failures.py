@@ -72,7 +72,7 @@ def test_server_dying_mid_run_finishes_reports_and_exits_2(capsys, tmp_path):
 
 
 def test_streamed_int_aborts_without_the_patch_are_reported_not_scored(capsys, tmp_path):
-    """Upstream 0.5.20 alone streams an int-code abort as a graceful finish: no error, no text. The runner
+    """Upstream alone (the abort patch disabled) streams an int-code abort as a graceful finish: no error, no text. The runner
     must count those as failed requests ("abort"), never as wrong or invalid answers."""
     with serve_plan(GSM8K_DIR, SGLANG_OVERLAY_DISABLE=ABORT_PATCH) as unpatched:
         assert ABORT_PATCH not in unpatched.stats()["overlay"]["applied"]

@@ -1,10 +1,7 @@
-"""Small real HiRadixCache trees for planner property tests, and exact oracles over any tree.
+"""Exact oracles over any owner-lane tree, for the planner's property tests.
 
-``build_tree`` grows a tree on upstream's real HiRadixCache / PageInterleavePoolAllocator
-(``build_cpu_hicache`` of ``tests/patches/cp_hicache_owner_lanes/hiradix/hicache_cpu.py``) from a list of chain specs, each attached to the root or
-to a page-prefix of an earlier chain (so interior nodes, splits and single-child chains all
-occur), then touches and locks nodes as the spec says. Nothing in it is a stand-in; it imports
-0.5.20's classes only when called. ``plain_tree.build_tree`` grows the same spec on the stand-in.
+The trees are ``plain_tree.build_tree``'s (the stand-in, ``tests/support/plain_tree.py``) or a release's real
+cache; nothing here builds one.
 
 Oracles (test-only; they read metadata, never the planner; duck-typed: a ``root_node`` whose
 nodes have ``children``, ``parent``, ``value``, ``lock_ref`` and owner metadata, so they answer
@@ -22,64 +19,9 @@ on the real cache and on the stand-in alike; cost: O(nodes), ``optimum_pages`` e
 
 from __future__ import annotations
 
-import itertools
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
-
-
-def build_tree(
-    n: int,
-    chains: Sequence[Tuple[int, int, int, int]],
-    touches=(),
-    locks=(),
-    policy: str = "lru",
-    pages_per_rank: int = 16,
-):
-    """A real page-interleaved HiRadixCache holding ``chains``.
-
-    Each chain is ``(parent, cut, pages, base)``: ``parent`` -1 starts a new chain from the
-    root with rotation base ``base``; otherwise it extends the first ``cut`` pages (clamped)
-    of chain ``parent % len(so_far)``, continuing that chain's rotation. Page size 1.
-    ``touches``/``locks`` index the chains: a touch re-matches the chain (an access-time
-    bump, as a request hit does), a lock takes ``inc_lock_ref`` on its last node.
-    Returns (cache, token lists of the chains, locked nodes).
-    """
-    from tests.patches.cp_hicache_owner_lanes.hiradix import hicache_cpu as hc
-
-    cache = hc.build_cpu_hicache(n, 1, pages_per_rank, eviction_policy=policy, layers=1, heads=1, head_dim=1)
-    tokens: List[List[int]] = []
-    fresh = itertools.count(1)
-    for parent, cut, pages, base in chains:
-        if parent < 0 or not tokens:
-            prefix, b = [], base % n
-        else:
-            ptoks = tokens[parent % len(tokens)]
-            prefix = ptoks[: max(1, min(cut, len(ptoks)))]
-            match = cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(prefix)))
-            if len(match.device_indices) < len(prefix):
-                continue  # (cannot happen without evictions; kept for safety)
-            b = cache.rotation_base_of(match.last_device_node)
-        toks = prefix + [next(fresh) * 1000 + len(tokens) for _ in range(pages)]
-        new, b = hc.alloc_chain(cache, len(prefix), len(toks), b)
-        if new is None:
-            continue  # pool full: the spec asked for more than the pool holds
-        prefix_idx = cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(prefix))).device_indices
-        value = hc.torch.cat([prefix_idx, new])
-        result = cache.insert(hc.InsertParams(key=hc.key_of(toks), value=value.clone(), rotation_base=b))
-        assert result.prefix_len == len(prefix)
-        tokens.append(toks)
-    hc.settle(cache)
-    for i in touches:
-        if tokens:
-            cache.match_prefix(hc.MatchPrefixParams(key=hc.key_of(tokens[i % len(tokens)])))
-    locked = []
-    for i in locks:
-        if tokens:
-            node = hc.path_nodes(cache, tokens[i % len(tokens)])[-1][0]
-            cache.inc_lock_ref(node)
-            locked.append(node)
-    return cache, tokens, locked
 
 
 def all_nodes(cache) -> list:

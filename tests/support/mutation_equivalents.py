@@ -7,7 +7,6 @@ listed mutant that a test kills counts as killed.
 """
 
 _ABORT = "sglang_overlay.patches.openai_abort_status.status"
-_ABORT_LISTED = "sglang_overlay.patches.openai_abort_status.listed_statuses.finish_reason"
 
 _BYTES_DECODE = (
     "bytes need no decoding in _as_int: bytes.strip/isascii/isdigit and int(bytes) give the same "
@@ -17,12 +16,6 @@ _BYTES_DECODE = (
 _HTTPSTATUS_FAST_PATH = (
     "the HTTPStatus branch is a fast path: HTTPStatus(400) taken through _as_int instead "
     "(operator.index of the member, then HTTPStatus(400)) is the same member"
-)
-
-_UNUSED_ARGUMENT = (
-    "upstream 0.5.20's _handle_abort_finish_reason never reads that argument on this path: a non-abort "
-    "finish reason returns None at once, a graceful abort (None) too, and a 400 reads only out and "
-    "is_stream; the mutant passes None where upstream does not look"
 )
 
 _MOE_BOUNDARY = "sglang_overlay.patches.moe_cp_compaction.boundary"
@@ -44,7 +37,7 @@ _REPEAT_INTERLEAVE_INDICES = (
     "repeat_interleave(arange(len(repeats)), repeats): the same request index per slot"
 )
 _IS_HASH_ALWAYS_SET = (
-    "upstream's DeepseekV2MoE.__init__ always sets self.is_hash, a bool (deepseek_v2.py:595 on 0.5.20, :712 on "
+    "upstream's DeepseekV2MoE.__init__ always sets self.is_hash, a bool (deepseek_v2.py:712 on "
     "0.5.23), so the getattr default is never read (and a default of None is as falsy as False)"
 )
 _CPU_TO_CPU_COPY = (
@@ -71,8 +64,6 @@ _NON_BLOCKING_ONLY = (
 )
 
 _HC = "sglang_overlay.patches.cp_hicache_owner_lanes"
-_HC_ALLOC = f"{_HC}.hiradix.allocation.x_alloc_owner_classed"
-_HC_LOAD_BACK = f"{_HC}.hiradix.load_back.x_owner_classed_load_back"
 
 _MEMO_ONLY = (
     "owner_counts_by_size is a memo: without the lookup or the store the counts are recomputed from "
@@ -81,63 +72,12 @@ _MEMO_ONLY = (
 _NONE_MEANS_SHARD_SIZE = (
     "owner_counts(None) is owner_counts(shard_size): n defaults to the shard size in its first line"
 )
-_STAMPED_NODE_SHORT_CUT = (
-    "ensure_meta on a stamped node: without the early return the upward walk stops at once (the node "
-    "has metadata), the loop runs zero times and md.get(node) is returned, the same object"
-)
-_ROOT_HAS_NO_META = "the root never carries owner metadata and md.get(None) is None, so parent_meta is None either way"
-_NOT_INTERLEAVED_MEMO = (
-    "the stored marker only memoizes 'no state for this cache'; stored as None, the next call "
-    "recomputes the same answer (the allocator's class does not change)"
-)
 _OVERWRITTEN_BY_REBUILD = "the constructor's last line, rebuild(), assigns _heap and _queued again"
-_STAMP_RESUME_META = (
-    "parent_meta of the resume node only short-cuts ensure_meta(resume): the first walked node's parent "
-    "is the resume node (or the root, where the least-full rule applies either way), and ensure_meta "
-    "returns the resume node's own metadata when it has one and derives the same continuation otherwise"
-)
-_STAMP_RESIDENT_ENTRY = (
-    "a resident entry of the old path can end the re-stamping loop early only where nothing after it "
-    "would be re-stamped differently: below a resident prefix the request's base is that prefix's chain "
-    "base (the scheduler reads it through rotation_base_of), and without a base nothing is re-stamped; "
-    "the walk then resumes at the first entry and keeps the old-path metadata, which matches"
-)
-_RESTAMP_SAME_VALUES = (
-    "the only walked nodes that already carry metadata are split prefixes (stamped by the split hook) and "
-    "old-path nodes, whose metadata already equals what re-stamping computes from the same base or "
-    "continuation; re-stamping them, or not, stores equal metadata, and a just-stamped parent is what "
-    "ensure_meta(node.parent) returns"
-)
-_ROOT_NODE_ALWAYS_SET = "every radix cache sets root_node in reset(), so the getattr default is never read"
-_ALLOCATOR_ALWAYS_SET = (
-    "every prefix cache the hooks see sets token_to_kv_pool_allocator (and HiRadixCache metrics_collector, "
-    "None when metrics are off), so the getattr default is never read"
-)
-_FOR_CHAIN_SAME_BASE = "for_chain(n, m.rotation_base, m.start_page, m.num_pages) reproduces m exactly"
-_SPLIT_WITHOUT_STATE = (
-    "on a cache the patch does not act on, no node carries owner metadata, so md.get(child) is None as the guard's None"
-)
 
-_INVARIANT_MESSAGE = (
-    "the message of an internal-invariant assert (one path, one rotation, a backup on every evicted node): "
-    "it is only read when the invariant breaks, which no input through upstream's load_back reaches"
-)
-_INT64_DEFAULT = (
-    "torch.tensor of Python ints is int64 without a dtype: dtype=torch.int64 dropped or None is the same tensor"
-)
-_ROOT_LAST_LOC = (
-    "for a run from the root the prefix length is 0, and PageInterleavePoolAllocator.alloc_extend reads "
-    "last_loc only when debug_mode is on and the prefix length is > 0: its value is never read"
-)
-_WHOLE_PAGES = (
-    "node keys in a paged radix tree are whole pages, so len(key) / page_size is an integral float; the "
-    "metadata arithmetic it feeds (sums, modulo, comparisons) gives the same values as with //"
-)
 _FINISH_GUARD = (
     "a plan without an index never pops (popped is filled only through index.ordered), and restoring an "
     "empty popped list is a no-op: 'and' for 'or' in finish_plan's early return changes nothing"
 )
-_NONE_IS_FALSE = "record_outcome(None): None is falsy, so it counts a refusal exactly as record_outcome(False)"
 _PROM_WITH_COLLECTOR = (
     "_prom is reached only through _inc, which returns first when no collector is bound: the "
     "'collector is not None' test in _prom is always true where it runs"
@@ -152,11 +92,6 @@ EQUIVALENT: dict[str, str] = {
     f"{_ABORT}.x__as_int__mutmut_11": _BYTES_DECODE,  # "REPLACE": likewise
     f"{_ABORT}.x_normalize_abort_status__mutmut_3": _HTTPSTATUS_FAST_PATH,  # value > 400
     f"{_ABORT}.x_normalize_abort_status__mutmut_4": _HTTPSTATUS_FAST_PATH,  # value >= 401
-    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_12": _UNUSED_ARGUMENT,  # non-abort: self=None
-    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_14": _UNUSED_ARGUMENT,  # non-abort: state=None
-    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_15": _UNUSED_ARGUMENT,  # non-abort: is_stream=None
-    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_32": _UNUSED_ARGUMENT,  # graceful/400: self=None
-    f"{_ABORT_LISTED}.x_handle_abort_finish_reason__mutmut_34": _UNUSED_ARGUMENT,  # graceful/400: state=None
     f"{_MOE_BOUNDARY}.x_run_on_valid_rows__mutmut_3": _NONE_BATCH_FAST_PATH,  # guard 'or True'
     f"{_MOE_BOUNDARY}.x_run_on_valid_rows__mutmut_53": _IS_HASH_ALWAYS_SET,  # default None
     f"{_MOE_BOUNDARY}.x_run_on_valid_rows__mutmut_56": _IS_HASH_ALWAYS_SET,  # no default
@@ -174,30 +109,11 @@ EQUIVALENT: dict[str, str] = {
     f"{_MOE_DEVICE_TENSORS}__mutmut_25": _NON_BLOCKING_ONLY,  # index: non_blocking=False
     f"{_MOE_DEVICE_TENSORS}__mutmut_30": _NON_BLOCKING_ONLY,  # count: non_blocking omitted
     f"{_MOE_DEVICE_TENSORS}__mutmut_31": _NON_BLOCKING_ONLY,  # count: non_blocking=False
-    **{f"{_HC_ALLOC}__mutmut_{n}": _INVARIANT_MESSAGE for n in (7, 8, 10, 11)},
-    **{f"{_HC_LOAD_BACK}__mutmut_{n}": _INVARIANT_MESSAGE for n in (3, 4, 5)},
-    **{f"{_HC_ALLOC}__mutmut_{n}": _INT64_DEFAULT for n in (16, 18, 22, 24)},
-    **{f"{_HC_ALLOC}__mutmut_{n}": _ROOT_LAST_LOC for n in (28, 30, 32, 33)},
-    f"{_HC_LOAD_BACK}__mutmut_64": _NONE_IS_FALSE,
-    f"{_HC}.hiradix.state.x_node_pages__mutmut_1": _WHOLE_PAGES,
     f"{_HC}.planner.x_finish_plan__mutmut_1": _FINISH_GUARD,
     f"{_HC}.counters.x\u01c1OwnerLaneCounters\u01c1_prom__mutmut_3": _PROM_WITH_COLLECTOR,
     **{f"{_HC}.metadata.x\u01c1CpHiCacheNodeMetadata\u01c1owner_counts__mutmut_{n}": _MEMO_ONLY for n in (5, 6, 34)},
     f"{_HC}.metadata.x\u01c1CpHiCacheNodeMetadata\u01c1owner_counts__mutmut_23": _NONE_MEANS_SHARD_SIZE,
-    **{f"{_HC}.hiradix.state.x_ensure_meta__mutmut_{n}": _STAMPED_NODE_SHORT_CUT for n in (1, 2)},
-    **{f"{_HC}.hiradix.state.x_ensure_meta__mutmut_{n}": _ROOT_HAS_NO_META for n in (15, 17)},
-    f"{_HC}.hiradix.state.x_state_of__mutmut_25": _NOT_INTERLEAVED_MEMO,
     **{f"{_HC}.leaf_index.x\u01c1LeafOrderIndex\u01c1__init____mutmut_{n}": _OVERWRITTEN_BY_REBUILD for n in (5, 6)},
-    **{f"{_HC}.hiradix.stamping.x__stamp__mutmut_{n}": _STAMP_RESUME_META for n in (28, 29, 30, 31, 32)},
-    f"{_HC}.hiradix.stamping.x_split_node_hook__mutmut_5": _SPLIT_WITHOUT_STATE,
-    f"{_HC}.hiradix.stamping.x__stamp__mutmut_9": _STAMP_RESIDENT_ENTRY,
-    f"{_HC}.hiradix.stamping.x__stamp__mutmut_27": _WHOLE_PAGES,
-    **{f"{_HC}.hiradix.stamping.x__stamp__mutmut_{n}": _RESTAMP_SAME_VALUES for n in (45, 46, 47, 50, 51, 80)},
-    f"{_HC}.hiradix.stamping.x_rotation_base_of_hook__mutmut_7": _ROOT_NODE_ALWAYS_SET,
-    f"{_HC}.hiradix.state.x_state_of__mutmut_19": _ALLOCATOR_ALWAYS_SET,
-    f"{_HC}.hiradix.state.x\u01c1OwnerLaneState\u01c1__init____mutmut_23": _ALLOCATOR_ALWAYS_SET,
-    f"{_HC}.hiradix.allocation.x_chain_metas__mutmut_19": _FOR_CHAIN_SAME_BASE,
-    f"{_HC_LOAD_BACK}__mutmut_45": _ROOT_LAST_LOC,
 }
 
 # ---- cp-hicache-owner-lanes on 0.5.23 (unified/): sglang 0.5.23 source lines cited
@@ -247,7 +163,7 @@ EQUIVALENT.update(
     }
 )
 
-# ---- cluster-consistency (both pins: its root modules are version-free)
+# ---- cluster-consistency (its root modules are version-free)
 _CC = "sglang_overlay.patches.cluster_consistency"
 _KEY_ORDER = (
     "digest() builds its dict in state.COMPARED's order, which is the same in every rank that runs this code, so "

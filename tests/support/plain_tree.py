@@ -2,14 +2,15 @@
 
 Job: give ``planner.plan_owner_lane_eviction`` what it reads (``planner.LaneTree``: the root, the evictable
 leaves, priorities, per node its lock and device state, parent, children and pages per lane from its owner
-metadata) so the planner's semantics are tested apart from any release's cache class. Nothing here is upstream's tree: :class:`PlainTree` copies
-the few rules of 0.5.20's ``HiRadixCache`` the planner depends on (a node is an evictable leaf when it is
+metadata) so the planner's semantics are tested apart from any release's cache class. Nothing here is
+upstream's tree: :class:`PlainTree` copies the few rules of upstream's ``HiRadixCache`` (the tree design before
+0.5.23) the planner depends on (a node is an evictable leaf when it is
 on device, unlocked and has no device child; a lock runs up to the root; an access bumps the path's
 ``last_access_time``; a split makes a fresh prefix node; matched nodes of an insert gain a hit, and so
 does a new node, as write-through does) on a logical clock (no two accesses tie). Metadata is stamped
 as the patch does: a chain from the root at its rotation base, anything below continues its parent.
 The one upstream piece used is the eviction strategies (``sglang.srt.mem_cache.evict_policy``, the same
-classes on 0.5.20 and 0.5.23), so priorities and the leaf index's monotone test are upstream's.
+classes the release's cache uses), so priorities and the leaf index's monotone test are upstream's.
 Invariant: ``evictable_leaves`` is always exactly upstream's rule over the current tree.
 Cost: O(path) per insert, match or lock; no tensor anywhere (a node's ``value`` is its key, or None).
 """
@@ -33,7 +34,7 @@ POLICIES = {
 
 
 def strategy(policy: str):
-    """Upstream's eviction strategy for ``policy`` (identical classes on both pins)."""
+    """Upstream's eviction strategy for ``policy``."""
     from sglang.srt.mem_cache import evict_policy
 
     return getattr(evict_policy, POLICIES[policy])()
@@ -239,7 +240,7 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def leaf_index(tree: PlainTree):
-    """Install the patch's leaf index on ``tree`` as the hiradix state does (a notifying leaf set)."""
+    """Install the patch's leaf index on ``tree`` (a notifying leaf set, as the patch's state does)."""
     from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import (
         LeafOrderIndex,
         NotifyingLeafSet,
@@ -254,11 +255,11 @@ def leaf_index(tree: PlainTree):
 
 
 def build_tree(n: int, chains: Sequence[Tuple[int, int, int, int]], touches=(), locks=(), policy: str = "lru"):
-    """A :class:`PlainTree` holding ``chains``: the spec of ``hicache_trees.build_tree``, the same steps.
+    """A :class:`PlainTree` holding ``chains``: grown from a list of chain specs.
 
     Each chain is ``(parent, cut, pages, base)``: ``parent`` -1 starts a new chain from the root with
     rotation base ``base``; otherwise it extends the first ``cut`` pages (clamped) of chain
-    ``parent % len(so_far)``. The prefix is matched first (as the real builder's ``match_prefix``), then
+    ``parent % len(so_far)``. The prefix is matched first (as a request's ``match_prefix`` would), then
     the whole chain inserted. ``touches`` re-match chains, ``locks`` lock a chain's last node.
     Returns (tree, page lists of the chains, locked nodes); the tree carries its leaf ``index``.
     """

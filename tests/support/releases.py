@@ -3,8 +3,8 @@ which upstream it runs on, from the registry's declarations (``Patch.release_for
 
 A test inside ``tests/patches/<patch>/<folder>/`` needs none of this (it is collected only where its folder's
 range holds). A test that runs on every pin and expects something per release keys that by folder name
-(``{"unified": ..., "hiradix": ...}``), so a new release folder fails it loudly (``KeyError``) until it says
-what it expects there.
+(``{"unified": ...}``, one key per folder), so a new release folder fails it loudly (``KeyError``) until it
+says what it expects there.
 
 Invariant: the folder ranges are the ones the overlay itself serves by; no version literal here.
 Cost: one ``discover_patches`` (the patches' declarations; upstream is not imported), cached.

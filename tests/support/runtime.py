@@ -2,8 +2,7 @@
 
 Upstream's serving layer and caches read a published runtime context. This
 writes a tiny Llama config directory (no weights) and publishes
-``ServerArgs(model_path=..., device="cpu", skip_tokenizer_init=True)``, the
-recipe from shared/notes/upstream-sglang-0.5.20.md.
+``ServerArgs(model_path=..., device="cpu", skip_tokenizer_init=True)``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ Root (every release): ``state.py`` (what a rank reports, and how two reports dif
 reports through the job's own rendezvous store: O(N) requests per job, a bounded wait), ``verdict.py`` (the one
 verdict every rank receives, and the refusal), ``settings.py`` (its knob), ``probe.py`` (still needed: does
 upstream compare the plugins across ranks itself?).
-Release folders (where the process group exists): ``torch_distributed/`` (< 0.5.23) and ``parallel_runtime/``
-(>= 0.5.23). Description and exit condition: ``patches/cluster-consistency.md``.
+Release folder (where the process group exists): ``parallel_runtime/`` (sglang >=0.5.23). Description and exit condition: ``patches/cluster-consistency.md``.
 """
 
 from sglang_overlay.core.registry import Patch

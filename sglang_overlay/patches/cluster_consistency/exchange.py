@@ -16,7 +16,7 @@ verdict and its digest beside its process record (``core.peers``), so ``sglang-o
 lists every node. Every read is of a key known to exist (the rank's own append, or a key a wait returned on), and
 every wait is bounded by the knob.
 
-Cost (store operations, all in the torch of both pins: 2.13 for 0.5.20, 2.14 for 0.5.23): on the passing path each rank
+Cost (store operations, all in the pin's torch, 2.14 for 0.5.23): on the passing path each rank
 makes 4 requests (``append``, ``add``, ``wait``, ``get``; the completing rank ``get`` and ``compare_set`` instead of
 the last two), O(N) for the job, and no wait times out (c10d's timeout warning, which may resolve host names, is
 never logged). The completing rank reads N lines once (about 300 bytes each) and every rank reads a verdict that

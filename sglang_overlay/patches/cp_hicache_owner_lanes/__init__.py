@@ -1,9 +1,8 @@
 """Patch cp-hicache-owner-lanes: HiCache load-back, capacity and host-backup gates per KV owner lane.
 
 Root (every release): ``planner.py``, ``leaf_index.py``, ``metadata.py``, ``counters.py``,
-``cache_state.py``, ``report.py``, ``settings.py``. Release folders: ``hiradix/`` (sglang <0.5.23,
-``HiRadixCache``) and ``unified/`` (sglang >=0.5.23, ``UnifiedRadixCache``), each declaring its
-``RELEASE`` and targets. Description and exit condition: ``patches/cp-hicache-owner-lanes.md``.
+``cache_state.py``, ``report.py``, ``settings.py``. Release folder: ``unified/`` (sglang >=0.5.23,
+``UnifiedRadixCache``), declaring its ``RELEASE`` and targets. Description and exit condition: ``patches/cp-hicache-owner-lanes.md``.
 """
 
 from sglang_overlay.core.registry import Dependency, Patch
@@ -15,7 +14,7 @@ PATCH = Patch(
     title="HiCache load-back under page-owner KV residency, owner-lane eviction planned from CPU metadata",
     description="cp-hicache-owner-lanes.md",
     process="scheduler",
-    targets=(),  # every target belongs to one upstream design: hiradix/ and unified/ declare them
+    targets=(),  # every target belongs to one upstream design: unified/ declares them
     knobs=(SLOW_PLAN_MS,),
     depends=(
         Dependency(

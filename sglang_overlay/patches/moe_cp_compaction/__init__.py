@@ -3,7 +3,7 @@
 Root (every release): ``layout.py``, ``producers.py``, ``batch_layout.py`` (the host-side valid-row layout
 and how a forward carries it), ``rows.py`` and ``boundary.py`` (compaction, restore, the shared boundary),
 ``refusals.py`` (shared start-up refusals), ``op_path.py`` (the ``op_gate`` hook), ``errors.py``.
-Release folders: ``explicit_count/`` (< 0.5.23), ``forward_context/`` (>= 0.5.23).
+Release folder: ``forward_context/`` (sglang >=0.5.23).
 Description and exit condition: ``patches/moe-cp-compaction.md``.
 """
 

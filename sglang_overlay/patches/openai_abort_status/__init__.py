@@ -1,8 +1,8 @@
 """Patch openai-abort-status: int-like abort status codes become proper errors.
 
 Root (every release): ``status.py`` (the one normalisation), ``streaming.py`` (the OpenAI routes' streaming
-entry), ``settings.py`` (its knob). Release folders (the tokenizer-manager hook): ``listed_statuses/``
-(< 0.5.23) and ``status_range/`` (>= 0.5.23). Description and exit condition: ``patches/openai-abort-status.md``.
+entry), ``settings.py`` (its knob). Release folder (the tokenizer-manager hook): ``status_range/``
+(sglang >=0.5.23). Description and exit condition: ``patches/openai-abort-status.md``.
 """
 
 from sglang_overlay.core.registry import Dependency, Patch, Target

@@ -1,8 +1,8 @@
 """``scripts/bench_cluster_check.py --quick``: 64 ranks through the exchange over a real ``TCPStore`` on loopback
 (each rank a thread of this process with its own client; the wait-timeout path of a real store included).
 Counts and verdicts, never times. ci_slow: about 50 s on 2 loaded cores, nearly all of it c10d naming each new
-socket's peer and each timed-out wait's by reverse DNS (5 s stalls here); on an older pin it proves the store
-operations on that pin's torch."""
+socket's peer and each timed-out wait's by reverse DNS (5 s stalls here); it proves the store operations on the
+pin's torch."""
 
 from __future__ import annotations
 

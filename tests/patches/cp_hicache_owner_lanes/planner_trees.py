@@ -1,8 +1,7 @@
 """Stand-in trees and one-call plans for the owner-lane planner's tests at the root (``test_planner_*.py``).
 
-Trees are ``tests/support/plain_tree.py`` (a STAND-IN: plain nodes under 0.5.20 HiRadixCache's leaf, lock
-and access rules, upstream's eviction strategies); no release's cache class is built. On 0.5.20 the
-hiradix folder checks that the stand-in plans exactly as the real HiRadixCache does on the same specs.
+Trees are ``tests/support/plain_tree.py`` (a STAND-IN: plain nodes under HiRadixCache's leaf, lock and access
+rules, upstream's eviction strategies); no release's cache class is built.
 Invariant: no test here; every tree is new and page ids never repeat within a process. Cost: a busy tree of 300
 leaves in milliseconds, nothing at import.
 """

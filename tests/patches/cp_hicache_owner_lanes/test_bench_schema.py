@@ -3,7 +3,7 @@
 Default tier: a row is built only through the schema, which refuses a missing key, a key it lacks, and a
 figure both measured and said not measured. ``ci_slow``: the load-back benchmark, run as a user runs it on the
 installed pin at its smallest size, writes exactly the schema's top-level and per-size keys, each null figure
-with its reason (run on both pins: ``.venv`` and ``.venv-0.5.20``). Counts only, never wall time.
+with its reason. Counts only, never wall time.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The owner-lane counters operators read: plain integers that accumulate, and their Prometheus mirror.
 
-Both pins' load-back paths count through ``OwnerLaneCounters``; the mirror goes to prometheus_client's
+The release's load-back path counts through ``OwnerLaneCounters``; the mirror goes to prometheus_client's
 default registry (what SGLang's ``/metrics`` serves) with the collector's own labels. The collector here
 is a stand-in holding only what the counters read of upstream's (``.labels``); each test uses its own
 label value, so samples never mix across tests, and runs with the overlay's metrics set aside (a metric
-name holds one label-name set per registry: hiradix/test_eviction.py registers upstream's collector labels).
+name holds one label-name set per registry, and unified/test_metrics.py registers upstream's collector labels).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The owner-lane planner against exact oracles on random stand-in trees (hypothesis), on every pin.
 
-Trees are ``tests/support/plain_tree.py`` (a STAND-IN: plain nodes under 0.5.20 HiRadixCache's leaf, lock
-and access rules, upstream's eviction strategies); no release's cache class is built. On 0.5.20 the
-hiradix folder checks that the stand-in plans exactly as the real HiRadixCache does on the same specs.
+Trees are ``tests/support/plain_tree.py`` (a STAND-IN: plain nodes under HiRadixCache's leaf, lock and access
+rules, upstream's eviction strategies); no release's cache class is built.
 Oracles are exact (``tests/support/hicache_trees.py``). Invariant: the planner never refuses a coverable
 deficit, plans a closed eviction order of needed units and stays within D * (M - 1) pages of the optimum.
 Cost: 150 examples in the default tier, 600 more under ``ci_slow`` (trees of at most 12 device nodes).

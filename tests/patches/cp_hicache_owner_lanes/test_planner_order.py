@@ -3,9 +3,8 @@ eviction-strategy priority order and stays bounded, a monotone strategy reads fe
 is planned by a full scan in its order, the walk stops once covered, and the index comes back whole after a plan,
 a refusal or a walk that raises.
 
-Trees are ``tests/support/plain_tree.py`` (a STAND-IN: plain nodes under 0.5.20 HiRadixCache's leaf, lock
-and access rules, upstream's eviction strategies); no release's cache class is built. On 0.5.20 the
-hiradix folder checks that the stand-in plans exactly as the real HiRadixCache does on the same specs.
+Trees are ``tests/support/plain_tree.py`` (a STAND-IN: plain nodes under HiRadixCache's leaf, lock and access
+rules, upstream's eviction strategies); no release's cache class is built.
 Invariant: the plan is the same with or without the index, and no leaf is lost from it. Cost: in-process, trees
 of up to 200 leaves (tenths of a second).
 """

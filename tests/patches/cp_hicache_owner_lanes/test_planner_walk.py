@@ -2,9 +2,8 @@
 nodes' metadata, a leaf without metadata passed over, never the root, only needed leaves (an older pick a later
 one made redundant is pruned), and child-then-parent chains that reach a lane page behind useless children.
 
-Trees are ``tests/support/plain_tree.py`` (a STAND-IN: plain nodes under 0.5.20 HiRadixCache's leaf, lock
-and access rules, upstream's eviction strategies); no release's cache class is built. On 0.5.20 the
-hiradix folder checks that the stand-in plans exactly as the real HiRadixCache does on the same specs.
+Trees are ``tests/support/plain_tree.py`` (a STAND-IN: plain nodes under HiRadixCache's leaf, lock and access
+rules, upstream's eviction strategies); no release's cache class is built.
 Oracles are exact (``tests/support/hicache_trees.py``). Invariant: children before parents (upstream's eviction
 order), and every planned leaf is needed. Cost: in-process, trees of up to 200 leaves.
 """

@@ -2,8 +2,8 @@
 metadata and cached on the batch, keyed by the metadata object and copies of its per-rank lengths.
 
 Namespaces stand in for the batch and its metadata (only the two per-rank length lists are read); the CP rank
-is set at the module's one read of upstream's runtime context (``_cp_rank``). Upstream's real metadata, per release:
-tests/patches/moe_cp_compaction/explicit_count/test_cp_metadata.py (< 0.5.23) and the forward_context tests."""
+is set at the module's one read of upstream's runtime context (``_cp_rank``). Upstream's real metadata reaches it
+in the release folder's tests (forward_context/: the boundary on upstream's real CP path)."""
 
 from contextlib import contextmanager
 from types import SimpleNamespace

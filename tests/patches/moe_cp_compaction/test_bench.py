@@ -13,7 +13,7 @@ from tests.support.env import REPO, subprocess_env
 
 @pytest.mark.ci_slow
 def test_bench_moe_compaction_quick_writes_only_where_told(tmp_path):
-    """The whole upstream layer of the installed pin (0.5.20's or 0.5.23's DeepseekV2MoE, with that pin's hook)."""
+    """The whole upstream layer of the installed pin (its DeepseekV2MoE, with its release folder's hook)."""
     out, png = tmp_path / "a" / "bench.json", tmp_path / "b" / "bench.png"
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench_moe_compaction.py"), "--quick", "--hidden", "64",

@@ -1,6 +1,6 @@
 """Compute-padding layouts (patch moe-cp-compaction): properties and both producers, on every release.
 
-How ``layout_of`` reads upstream's own CP metadata: ``explicit_count/test_cp_metadata.py``."""
+How ``layout_of`` reads upstream's own CP metadata: the release folder's boundary tests (``forward_context/``)."""
 
 import pytest
 import torch

@@ -1,5 +1,5 @@
 """openai-abort-status over real HTTP with the switches around it: ``SGLANG_OVERLAY_ABORT_HTTP_STATUS=0``
-(``in_band``), ``SGLANG_OVERLAY_DISABLE=openai-abort-status`` (``upstream``: 0.5.20 as shipped), a malformed
+(``in_band``), ``SGLANG_OVERLAY_DISABLE=openai-abort-status`` (``upstream``: the pin as shipped), a malformed
 switch, and upstream's msgpack IPC (``SGLANG_USE_PICKLE_IPC=0``), where plain int codes come from.
 
 Upstream's OpenAI routes and handlers with a scripted model (tests/support/scripted_server.py); what the patched
@@ -64,7 +64,7 @@ def test_in_band_server_is_clean(in_band):
 # --------------------------------------------------------------------------- without the overlay
 
 
-# What 0.5.20 answers (written out): a plain or numpy 503 in a stream is a graceful abort;
+# What the pin answers without the patch (written out): a plain or numpy 503 in a stream is a graceful abort;
 def test_upstream_answers_http_200_for_an_abort_before_the_first_chunk(upstream):
     payloads = ok_stream(upstream.base_url, "chat", "httpstatus_503", after=0)
     assert [e["code"] for e in errors(payloads)] == [503]

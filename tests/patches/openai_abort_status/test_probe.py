@@ -16,7 +16,7 @@ def test_upstream_still_mishandles_int_like_abort_codes():
     found, _ = run_probe(_patch().probe)
     assert found.verdict == NEEDED, found
     assert found.evidence.startswith("TokenizerManager._handle_abort_finish_reason, non-streaming: ")
-    assert "numpy 503 -> HTTPException with a int64 status" in found.evidence  # both pins pass numpy on to h11
+    assert "numpy 503 -> HTTPException with a int64 status" in found.evidence  # upstream passes numpy on to h11
 
 
 def test_the_probe_reads_upstreams_real_method_and_judges_each_code():
@@ -25,6 +25,6 @@ def test_the_probe_reads_upstreams_real_method_and_judges_each_code():
 
     method = getattr(TokenizerManager._handle_abort_finish_reason, "__wrapped__",
                      TokenizerManager._handle_abort_finish_reason)  # fmt: skip
-    assert probe._answer(method, 503) is None  # int 503: upstream's 503 on both pins
+    assert probe._answer(method, 503) is None  # int 503: upstream's own 503
     assert probe._answer(method, 400) == "ValueError: probe"  # 400 is upstream's ValueError path (its 400 answer)
     assert probe._answer(method, None) == "a normal finish (HTTP 200, finish_reason abort)"  # graceful

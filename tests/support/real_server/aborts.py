@@ -21,9 +21,9 @@ MESSAGE = {"priority": "priority is disabled", "queue_full": "queue is full", "r
 LONG = 3500  # tokens: decoding runs well past the 4 s running timeout
 QUEUE_TRIES = 10  # a try fills the queue in 0.5-2.7 s of the blockers' 4 s (measured, idle 2 cores)
 
-# What upstream 0.5.20 gave for each cell (Outcome.brief()), observed on this tier's servers
+# What upstream 0.5.23 gives for each cell (Outcome.brief()), observed on this tier's servers
 # (key: ipc, trigger, route, stream). Losses: msgpack turns every streamed 503 into a graceful abort
-# (Anthropic: a normal "ok" end), and non-stream /v1/messages reports a 503 as 500 api_error under both codecs.
+# (Anthropic: a normal "ok" end); non-stream /v1/messages reports the 503 as Anthropic's typed overloaded_error.
 UPSTREAM: dict[tuple, str] = {
     ("msgpack", "priority", "chat", False): "http_error 503",
     ("msgpack", "priority", "chat", True): "graceful_abort 200",
@@ -33,7 +33,7 @@ UPSTREAM: dict[tuple, str] = {
     ("msgpack", "queue_full", "chat", True): "graceful_abort 200",
     ("msgpack", "queue_full", "completions", False): "http_error 503",
     ("msgpack", "queue_full", "completions", True): "graceful_abort 200",
-    ("msgpack", "queue_full", "messages", False): "http_error 500 api_error",
+    ("msgpack", "queue_full", "messages", False): "http_error 503 overloaded_error",
     ("msgpack", "queue_full", "messages", True): "ok 200",
     ("msgpack", "running_timeout", "chat", True): "graceful_abort 200",
     ("msgpack", "running_timeout", "completions", False): "http_error 503",
@@ -47,21 +47,18 @@ UPSTREAM: dict[tuple, str] = {
     ("pickle", "queue_full", "chat", True): "sse_error 200 code=503 first-event",
     ("pickle", "queue_full", "completions", False): "http_error 503",
     ("pickle", "queue_full", "completions", True): "sse_error 200 code=503 first-event",
-    ("pickle", "queue_full", "messages", False): "http_error 500 api_error",
+    ("pickle", "queue_full", "messages", False): "http_error 503 overloaded_error",
     ("pickle", "queue_full", "messages", True): "sse_error 200 overloaded_error first-event",
     ("pickle", "running_timeout", "chat", True): "sse_error 200 code=503 after-content",
     ("pickle", "running_timeout", "completions", False): "http_error 503",
     ("pickle", "running_timeout", "completions", True): "sse_error 200 code=503 after-content",
     ("pickle", "running_timeout", "messages", True): "sse_error 200 overloaded_error after-content",
 }
-# What later releases changed of that, observed on this tier's servers, by the release folder of
-# openai-abort-status that serves them: the releases of status_range/ (0.5.23 on) report the non-stream
-# /v1/messages 503 as Anthropic's typed overloaded_error (both codecs).
+# What other releases change of that, by the release folder of openai-abort-status that serves them (a new
+# folder fails here until it says what its releases change). The releases before 0.5.23 reported the
+# non-stream /v1/messages 503 as 500 api_error (both codecs).
 UPSTREAM_CHANGES: dict[str, dict[tuple, str]] = {
-    "listed_statuses": {},
-    "status_range": {
-        (ipc, "queue_full", "messages", False): "http_error 503 overloaded_error" for ipc in ("pickle", "msgpack")
-    },
+    "status_range": {},
 }
 UPSTREAM.update(releases.per_release("openai-abort-status", UPSTREAM_CHANGES))
 

@@ -10,7 +10,7 @@ from tests.support.real_server.server import ServerConfig
 # The configurations the tier launches (each at most once per session when modules run in file order).
 OVERLAY_PICKLE_CLI = ServerConfig(overlay=True, launcher="overlay", ipc="pickle", abort_triggers=True)
 OVERLAY_MSGPACK = ServerConfig(overlay=True, launcher="sglang", ipc="msgpack", abort_triggers=True)
-# --enable-metrics: /metrics carries sglang_overlay_info (test_02 on both pins; upstream's absence in test_03)
+# --enable-metrics: /metrics carries sglang_overlay_info (test_02; upstream's absence in test_03)
 _METRICS = ("--enable-metrics",)
 OVERLAY_PICKLE_W2 = ServerConfig(
     overlay=True, ipc="pickle", tokenizer_workers=2, abort_triggers=True, extra_args=_METRICS

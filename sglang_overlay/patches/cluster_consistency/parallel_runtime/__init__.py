@@ -1,4 +1,6 @@
-"""cluster-consistency on sglang >= 0.5.23: the scheduler builds its groups in ``bootstrap.init_parallel_runtime``.
+"""Serves sglang >=0.5.23 (the pin 0.5.23): release folder ``parallel_runtime/`` of cluster-consistency.
+
+The design it serves: the scheduler builds its groups in ``bootstrap.init_parallel_runtime``.
 
 ``hook.py``: after it returns (every rank's default process group and store exist), the exchange.
 """

@@ -1,4 +1,6 @@
-"""cp-hicache-owner-lanes on sglang >=0.5.23: ``UnifiedRadixCache`` (upstream keeps the rotation bases).
+"""Serves sglang >=0.5.23 (the pin 0.5.23): release folder ``unified/`` of cp-hicache-owner-lanes.
+
+The design it serves: ``UnifiedRadixCache`` (upstream keeps the rotation bases).
 
 Modules: ``state.py`` (per-cache state, leaf index), ``lane_tree.py`` (the tree in the planner's terms),
 ``planning.py`` (need per lane, plans), ``eviction.py`` (a plan through upstream's primitives), and one
@@ -49,13 +51,11 @@ RELEASE = Release(
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.key", "unified.planning,unified.lane_tree"),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.priority", "unified.planning,unified.state"),
         Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.rotation_base", "unified.lane_tree"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.value", "planner,unified.lane_tree"),
+        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.value", "unified.lane_tree"),
         Dependency(
             "sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.host_value", "unified.planning"
         ),
-        Dependency(
-            "sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.lock_ref", "planner,unified.lane_tree"
-        ),
+        Dependency("sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.lock_ref", "unified.lane_tree"),
         Dependency(
             "sglang.srt.mem_cache.unified_cache.components.full",
             "FullComponent._ensure_eviction_strategy",
@@ -83,9 +83,7 @@ RELEASE = Release(
             "UnifiedRadixCache.page_size",
             "unified.capacity,unified.host_backup,unified.planning,unified.state,unified.lane_tree",
         ),
-        Dependency(
-            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.root_node", "planner,unified.lane_tree"
-        ),
+        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.root_node", "unified.lane_tree"),
         Dependency(
             "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.supports_prefix_sharing", "unified.capacity"
         ),

@@ -1,4 +1,6 @@
-"""moe-cp-compaction for sglang >= 0.5.23: top-k reads its count from the forward context.
+"""Serves sglang >=0.5.23 (the pin 0.5.23): release folder ``forward_context/`` of moe-cp-compaction.
+
+The design it serves: top-k reads its count from the forward context.
 
 ``forward.py``: the boundary hook (the shared boundary, plus the compact count stated through
 ``ForwardContext.moe_num_token_non_padded``). ``startup.py``: the start-up refusals as this design builds

@@ -1,4 +1,6 @@
-"""openai-abort-status for sglang >= 0.5.23: upstream treats every status in 400-599 as an abort error.
+"""Serves sglang >=0.5.23 (the pin 0.5.23): release folder ``status_range/`` of openai-abort-status.
+
+The design it serves: upstream treats every status in 400-599 as an abort error.
 
 ``finish_reason.py``: normalize the code in place, then upstream decides (it releases state and LoRA
 itself). Story: ``patches/openai-abort-status.md``.

@@ -2,11 +2,9 @@
 CP path, on the CPU, one process playing each CP rank in turn; stand-ins only for DeepEP and the CP world's
 group handles.
 
-``explicit_count/standins.py`` builds the layer for the releases before (its ``initialize_model_parallel(1,
-...)`` call and ``MoeFlags.disable_shared_experts_fusion`` are gone here); this module is its counterpart and
-reuses the version-free stand-ins of ``tests/support/moe_standins.py`` (``ExpertsStandIn``, ``Recorder``,
-``expert_location_metadata``). :func:`layer_and_upstream` is the adapter both folders define for the
-benchmarks. Used by tests/patches/moe_cp_compaction/forward_context/ and scripts/bench_moe_compaction.py.
+This module reuses the version-free stand-ins of ``tests/support/moe_standins.py`` (``ExpertsStandIn``,
+``Recorder``, ``expert_location_metadata``). :func:`layer_and_upstream` is the adapter every release folder's
+``standins`` defines for the benchmarks. Used by tests/patches/moe_cp_compaction/forward_context/ and scripts/bench_moe_compaction.py.
 Cost: one gloo world per process (idempotent), a layer's construction (tenths of a second at test sizes).
 
 Real upstream 0.5.23 code on the path:

@@ -54,7 +54,7 @@ def test_valid_rows_equal_upstream_and_padding_rows_are_restored_as_zeros(moe, s
         out = run_path(moe, "patched", local, batch)["out"]
     assert out.shape == local.shape and out.dtype == local.dtype and out.device == local.device
     torch.testing.assert_close(out[~dummy], expected[~dummy], **TOL)
-    assert torch.count_nonzero(out[dummy]) == 0  # the padded layout, dummy rows zero (as on 0.5.20)
+    assert torch.count_nonzero(out[dummy]) == 0  # the padded layout, dummy rows zero
     assert not dummy[: int((~dummy).sum())].any()  # upstream's CP padding: a suffix of the shard
 
 

@@ -11,7 +11,7 @@ recording dispatcher; tests/patches/moe_cp_compaction/forward_context/standins.p
   batch's global token count), so every dummy row gets real expert ids and is dispatched;
 * interleave: the strategy's CP-local count masks the dummy rows' ids to -1 (not dispatched), but gate, shared
   experts and top-k still run on them, and the count ignores a swapped ``forward_batch.num_token_non_padded``
-  (the 0.5.20 boundary's lever), so a port must state the compact count through the forward context.
+  (the lever of the boundary before 0.5.23), so a port must state the compact count through the forward context.
 
 Each assertion names the upstream behaviour it pins; one failing means upstream changed it (see
 patches/moe-cp-compaction.md, "When it can be dropped"); the one-line verdict of every pin is the patch's probe

@@ -1,6 +1,6 @@
 """STAND-IN for the ``sgl_kernel`` package (test tooling only; never installed for a GPU user).
 
-SGLang (either pin) with ``SGLANG_USE_CPU_ENGINE=1`` imports a few names from ``sgl_kernel`` at module level. The
+SGLang with ``SGLANG_USE_CPU_ENGINE=1`` imports a few names from ``sgl_kernel`` at module level. The
 registry has no CPU build (the ``sglang-kernel`` wheel is CUDA-only and fails to import without
 ``libcuda.so.1``), so the real-server tier puts this pure-torch package first on the server's
 ``PYTHONPATH``.
@@ -57,8 +57,8 @@ def _missing(name: str):
 
 
 # Imported at module level by SGLang's CPU paths, never called while this tier serves.
-# (found by scanning sglang 0.5.20 for module-level ``from sgl_kernel import`` under an ``_is_cpu`` branch;
-# ``sgl_kernel.mamba`` is left out: only linear-attention models import it).
+# (module-level ``from sgl_kernel import`` under an ``_is_cpu`` branch: on 0.5.23 in ``sglang/kernels/ops/``'s
+# kvcache and speculative modules; ``sgl_kernel.mamba`` is left out: only linear-attention models import it).
 IMPORT_ONLY = (
     "copy_all_layer_kv_cache_cpu",
     "rotate_input_ids_cpu",

@@ -1,6 +1,6 @@
 """STAND-INS (test-only SGLang general plugin ``cpu_standins``): HiCache's two CUDA-only pieces, on the CPU.
 
-SGLang (0.5.20 and 0.5.23 alike) cannot run ``--enable-hierarchical-cache`` on a CPU-only machine for two reasons, both
+SGLang 0.5.23 cannot run ``--enable-hierarchical-cache`` on a CPU-only machine for two reasons, both
 outside what the overlay patches:
 
 1. the host pool registers its memory with the CUDA driver (``pool_host/common.py``
