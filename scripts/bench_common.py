@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from pathlib import Path
 
 
@@ -48,6 +49,28 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     p, d = successes / n, 1 + z * z / n
     centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def log_ratio_band(aa: list[float]) -> float:
+    """The A/A band: the largest departure of a same-code ratio from 1, as |ln r|."""
+    return max((abs(math.log(r)) for r in aa), default=0.0)
+
+
+def ratio_verdict(ab: list[float], aa: list[float], better: str) -> dict:
+    """The median A/B ratio against the A/A band; ``worse`` says whether a departure is against the overlay."""
+    med = statistics.median(ab)
+    band = log_ratio_band(aa)
+    excess = abs(math.log(med)) - band
+    worse = med < 1 if better == "higher" else med > 1
+    out = {"ab_median": round(med, 4), "ab_range": [round(min(ab), 4), round(max(ab), 4)],
+           "aa_range": [round(min(aa), 4), round(max(aa), 4)], "aa_band": [round(math.exp(-band), 4),
+           round(math.exp(band), 4)]}  # fmt: skip
+    if excess <= 0:
+        out["verdict"] = "inside the A/A band"
+    else:
+        side = "overlay worse" if worse else "overlay better"
+        out["verdict"] = f"outside it by {math.exp(excess) - 1:.1%} ({side})"
+    return out
 
 
 def write_json(path: Path | None, data: dict) -> Path | None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import statistics
@@ -57,7 +56,7 @@ from tests.support.real_server.model import build_tiny_model  # noqa: E402
 from tests.support.real_server.server import ServerConfig, start_server  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
-from bench_common import add_output_flags, write_json  # noqa: E402
+from bench_common import add_output_flags, ratio_verdict, write_json  # noqa: E402
 
 LAUNCHES = (("upstream", 1), ("overlay", 1), ("upstream", 2), ("overlay", 2))  # A B A B
 # upstream's JSON key -> (short name, unit, which way is better)
@@ -122,28 +121,6 @@ def run_bench(url: str, tokenizer: Path, args, out_file: Path, seed: int) -> dic
 
 def _offline_env() -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-
-
-def log_ratio_band(aa: list[float]) -> float:
-    """The A/A band: the largest departure of a same-code ratio from 1, as |ln r|."""
-    return max((abs(math.log(r)) for r in aa), default=0.0)
-
-
-def verdict(ab: list[float], aa: list[float], better: str) -> dict:
-    """The median A/B ratio against the A/A band; ``worse`` says whether a departure is against the overlay."""
-    med = statistics.median(ab)
-    band = log_ratio_band(aa)
-    excess = abs(math.log(med)) - band
-    worse = med < 1 if better == "higher" else med > 1
-    out = {"ab_median": round(med, 4), "ab_range": [round(min(ab), 4), round(max(ab), 4)],
-           "aa_range": [round(min(aa), 4), round(max(aa), 4)], "aa_band": [round(math.exp(-band), 4),
-           round(math.exp(band), 4)]}  # fmt: skip
-    if excess <= 0:
-        out["verdict"] = "inside the A/A band"
-    else:
-        side = "overlay worse" if worse else "overlay better"
-        out["verdict"] = f"outside it by {math.exp(excess) - 1:.1%} ({side})"
-    return out
 
 
 def ratios(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
@@ -257,8 +234,8 @@ def bench(args) -> dict:
     for k in range(args.launch_sets):
         with four_servers(args, model, log_dir, ready) as servers:
             rows += measure_rounds(servers, args, model, work, k * args.rounds)
-    verdicts = {key: verdict(*ratios(rows, key), FIGURES[key][2]) for key in FIGURES}
-    verdicts[READY] = verdict(*ratios(startup_rows(ready), READY), "lower")
+    verdicts = {key: ratio_verdict(*ratios(rows, key), FIGURES[key][2]) for key in FIGURES}
+    verdicts[READY] = ratio_verdict(*ratios(startup_rows(ready), READY), "lower")
     medians = {
         side: {key: statistics.median(r[f"{side}-{i}"][key] for r in rows for i in (1, 2)) for key in FIGURES}
         for side in ("upstream", "overlay")

@@ -78,16 +78,19 @@ def test_deterministic_verdict_is_identical_different_or_not_deterministic():
     }
 
 
-def test_concurrent_verdict_judges_the_gap_against_the_wider_side_range():
+def test_concurrent_verdict_judges_throughput_against_the_aa_band_and_never_the_counts():
     bench = load_bench()
-    runs = {"overlay": [_run(cached_tokens=v) for v in (100, 140, 120)],
-            "upstream": [_run(cached_tokens=v) for v in (110, 115, 112)]}  # fmt: skip
-    summary = {side: bench.summarize(r) for side, r in runs.items()}
-    v = bench.concurrent_verdict(summary)
-    assert v["cached_tokens"] == {"difference": 8, "aa_band": 40, "verdict": "inside the A/A band"}
-    runs["overlay"] = [_run(cached_tokens=v) for v in (200, 201, 202)]
-    v = bench.concurrent_verdict({side: bench.summarize(r) for side, r in runs.items()})
-    assert v["cached_tokens"] == {"difference": 89, "aa_band": 5, "verdict": "outside it by 84"}
+    tps = lambda *v: [_run(prompt_tokens_per_s=x, cached_tokens=c) for x, c in zip(v, (0, 500, 90))]  # noqa: E731
+    # overlay/upstream 0.98, 1.0, 0.99 (median 0.99); the overlay against itself 1.02, 0.99: band 0.98-1.02,
+    # inside, while cached tokens swing from 0 to 500 on both sides (not judged)
+    v = bench.concurrent_verdict({"overlay": tps(98, 100, 99), "upstream": tps(100, 100, 100)})
+    t = v["prompt_tokens_per_s"]
+    assert t["verdict"] == "inside the A/A band" and t["ab_median"] == 0.99
+    assert set(v) == {"prompt_tokens_per_s", "cache_counts"} and "not judged" in v["cache_counts"]
+    # a steady side pair, the overlay 20% slower every repeat: outside, against the overlay
+    v = bench.concurrent_verdict({"overlay": tps(80, 80, 80), "upstream": tps(100, 101, 100)})
+    assert v["prompt_tokens_per_s"]["verdict"].endswith("(overlay worse)")
+    assert v["prompt_tokens_per_s"]["verdict"].startswith("outside it by")
 
 
 def test_deterministic_mode_runs_one_request_at_a_time_and_each_side_twice(monkeypatch):
