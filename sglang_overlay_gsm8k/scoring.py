@@ -2,7 +2,7 @@
 
 The prediction is read, in this order, from ``#### N``, from "The answer is N", and
 otherwise from the last number in the output. Numbers may carry thousands commas,
-a currency sign, a sign (``-``, the Unicode minus), a decimal part, a trailing
+a currency sign, a sign (``-``, the Unicode minus: not after a word or number, where it subtracts), a decimal part, a trailing
 period or percent sign. Comparison is numeric and exact (``Decimal``), so "18.00"
 equals "18" and "1,000" equals "1000".
 
@@ -34,13 +34,21 @@ class GoldAnswerError(ValueError):
     """A dataset answer without a readable ``#### N``."""
 
 
+def _binary_minus(text: str, at: int, spaced: bool) -> bool:
+    """Whether the sign at ``at`` subtracts from what stands before it: a sign touching its digits ("-5") does
+    so only right after a word, digit or bracket ("5-3"); a sign spaced from them ("- 30") after one, spaces
+    between ("5 - 3", "a year - 30%"). At the start, or after "=", ":" or "(", it is a negative sign."""
+    before = text[:at].rstrip(" \t") if spaced else text[:at]
+    return bool(before) and (before[-1].isalnum() or before[-1] in ")]%")
+
+
 def _numbers(text: str) -> list[Decimal]:
     found = []
     for m in _NUMBER.finditer(text):
         digits = m.group("num").replace(",", "")
         negative = bool(m.group("sign") or m.group("sign2"))
-        if m.group("sign") and m.start() > 0 and (text[m.start() - 1].isalnum() or text[m.start() - 1] in ")]"):
-            negative = bool(m.group("sign2"))  # "5-3": a subtraction, not a negative three
+        if m.group("sign") and _binary_minus(text, m.start(), spaced=text[m.end("sign")].isspace()):
+            negative = bool(m.group("sign2"))  # "5-3", "a year - 30%": a subtraction, not a negative number
         if m.start("num") > 0 and text[m.start("num") - 1].isalpha():
             continue  # part of a word or identifier ("x2", "GPT4"), not a quantity
         try:

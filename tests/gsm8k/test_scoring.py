@@ -76,6 +76,11 @@ REAL_LOOKING = [
     ("It costs $0.75 per cup, so 4 cups cost $3.00.", "3", "last-number"),
     ("5-3=2", "2", "last-number"),
     ("x - 2 = 10, so x = 12.", "12", "last-number"),
+    ("It loses 60 a year - 30%", "30", "last-number"),  # a spaced minus after a word subtracts
+    ("so 16 - 3", "3", "last-number"),
+    ("The change is = - 7", "-7", "last-number"),  # after "=" a spaced minus is still a sign
+    ("#### - 5", "-5", "####"),
+    ("The answer is - 4.", "-4", "answer-is"),
     ("That leaves .5 of the pizza", "0.5", "last-number"),
     ("#### eighteen, i.e. 18", "18", "####"),
     ("####\nno number after the marker; 4 + 4 = 8", "8", "last-number"),
