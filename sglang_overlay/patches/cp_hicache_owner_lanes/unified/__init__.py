@@ -5,7 +5,8 @@ The design it serves: ``UnifiedRadixCache`` (upstream keeps the rotation bases).
 Modules: ``state.py`` (per-cache state, leaf index), ``lane_tree.py`` (the tree in the planner's terms),
 ``planning.py`` (need per lane, plans), ``eviction.py`` (a plan through upstream's primitives), and one
 module per hook: ``gate.py`` (load-back admission), ``capacity.py`` (prefill/decode eviction),
-``host_backup.py`` (the host-backup gate). Shared upstream types: ``upstream.py``. ``probe.py``: are
+``host_backup.py`` (the host-backup gate); ``shadow.py``: the one-call instance-method shadowing the gate
+and the host-backup hook use. Shared upstream types: ``upstream.py``. ``probe.py``: are
 upstream's three gates still lane-blind? (``check --needed``).
 """
 
