@@ -5,7 +5,7 @@ host pool group's ``available_size`` reads as at least the node's tokens for tha
 (:func:`.shadow.shadowed`), so upstream neither evicts nor refuses; otherwise upstream's gate and lane-blind
 ``evict_host`` run unchanged.
 Invariant: the backup, its host slots and bookkeeping stay upstream's; the shadow is removed even when the
-call raises. Cost per backup: a rotation-phase lookup, N lengths and a closed-form class count.
+call raises. Cost per backup: a rotation-phase lookup, N lengths and a closed-form pages-per-lane count.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def execute_kv_backup_hook(original, self, node_id, device_value, *args, **kwarg
 
 
 def host_free_per_lane(cache) -> Optional[List[int]]:
-    """Free host pages per owner lane of the KV host pool (None: not a classed host pool)."""
+    """Free host pages per lane of the KV host pool (None: not a page-interleaved host pool)."""
     slots = getattr(_kv_host_pool(cache), "_slots", None)
     counts = getattr(slots, "class_free_page_counts", None)
     return None if counts is None else counts()
@@ -45,7 +45,7 @@ def lanes_have_room(cache, node_id, tokens: int) -> bool:
         return False
     n = len(free)
     page = cache.page_size
-    need = md.class_counts(phase % n, -(-tokens // page), n)
+    need = md.run_lane_pages(phase % n, -(-tokens // page), n)
     return all(f >= x for f, x in zip(free, need))
 
 

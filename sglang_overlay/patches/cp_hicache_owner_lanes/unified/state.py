@@ -25,8 +25,8 @@ class LaneState:
 
     def __init__(self, cache, allocator: "PageInterleavePoolAllocator"):
         self.allocator = allocator
-        self.shard_size = allocator.shard_size
-        self.page_size = allocator.page_size  # the physical page: the tree's quantum
+        self.shard_size = allocator.shard_size  # lanes (N): upstream's name for the count
+        self.page_size = allocator.page_size  # tokens per page (the physical page: the tree's quantum)
         full = cache.tree_core.components_by_type[_full()]
         full._ensure_eviction_strategy()
         # Upstream's Full walk orders leaves by this (session-aware when sessions are on).
@@ -35,7 +35,7 @@ class LaneState:
         self.counters = OwnerLaneCounters(self.shard_size)
         if getattr(cache, "metrics_collector", None) is not None:
             self.counters.bind_collector(cache.metrics_collector)
-        self.slow_plan_ms = settings.slow_plan_ms()
+        self.slow_plan_ms = settings.slow_plan_ms()  # milliseconds: a slower plan logs one warning
         self._leaves = None
         self._index: Optional[LeafOrderIndex] = None
 
