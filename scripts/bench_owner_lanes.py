@@ -13,7 +13,9 @@ What it measures. On identical trees, one per side from the same seed, with drai
 - time per call from call to return (median over the loads of a tree) and the ratio upstream / patch; the
   calling thread's CPU time beside it (less sensitive to other jobs on shared cores);
 - tensor ops and host syncs during the patch's planning (counted on the state just before each timed call;
-  goal 0), and host syncs per whole load-back where the release's adapter counts them.
+  goal 0), and host syncs per whole load-back where the release's adapter counts them;
+- the patch's planning alone (``planning_ms_patch``, median ms): the adapter times the planning call it makes
+  on that state from outside (the patch keeps no duration).
 
 Per release (the registry's release folder for the installed sglang picks the adapter, ``scripts/owner_lanes/``):
 

@@ -5,9 +5,11 @@ plan, evict the plan, upstream's own ``alloc_cyclic`` load) against the same cal
 ``available_size()``, i.e. the tightest lane, filled by lane-blind LRU ``evict_for_alloc``, then the same load).
 The same sequence of load-backs runs on both sides' trees (``cache.load_back``, whose ``_load_back_transfers`` is
 the timed call; the H2D copy is settled after each call and the loaded prefix matched once, as the request that
-loaded it would, both outside the timing). Planning (``unified.planning.plan_load_back``) is counted, not timed,
-on an untimed call just before each timed one, under the tensor-op counter and on CUDA under
-``set_sync_debug_mode("error")`` (a host sync raises). The leaf index is built once per cache, timed apart.
+loaded it would, both outside the timing). Planning (``unified.planning.plan_load_back``, the call the gate
+makes) runs alone just before each timed call, on the same state: timed from here (``planning_ms_patch``, the
+median), under the tensor-op counter and on CUDA under ``set_sync_debug_mode("error")`` (a host sync raises).
+The patch keeps no duration: this adapter measures planning from outside. The leaf index is built once per
+cache, timed apart.
 
 Capacity: one ``allocator.evict_to_free_tokens(tree_cache, num_tokens)`` call (before every paged extend and
 decode allocation) hooked against upstream's (``evict_for_alloc`` for the min-lane floor's shortfall, then
@@ -23,6 +25,7 @@ from __future__ import annotations
 import functools
 import gc
 import random
+import statistics
 import time
 
 from . import hook_of, schema
@@ -41,7 +44,6 @@ _TREE = (
 WORKLOAD = f"{_TREE} 2 x loads + 4 free pages; 3-10 page chains loaded back from host"
 CAPACITY_WORKLOAD = f"{_TREE} {trees.headroom(0)} free pages; each call asks 1-3 pages per lane"
 NOT_MEASURED = {
-    "planning_ms_patch": "planning is counted (tensor ops, host syncs) on an untimed call, not timed alone",
     "host_syncs_per_load_patch": "this release's adapter counts host syncs during planning only",
     "host_syncs_per_load_upstream": "this release's adapter counts host syncs during planning only",
 }
@@ -79,7 +81,8 @@ def _sync(device: str):
 
 
 def _planning_counted(plan, cuda: bool):
-    """``plan()`` under the tensor-op counter; on CUDA also under ``set_sync_debug_mode("error")``."""
+    """``plan()`` under the tensor-op counter (on CUDA also under ``set_sync_debug_mode("error")``), and its
+    duration in milliseconds, timed here around the call (the patch keeps none)."""
     import torch
 
     from tests.support.hicache_tensor_count import count_tensor_work
@@ -89,11 +92,13 @@ def _planning_counted(plan, cuda: bool):
         torch.cuda.set_sync_debug_mode("error")
     try:
         with count_tensor_work() as work:
+            t = time.perf_counter()
             plan()
+            ms = (time.perf_counter() - t) * 1e3
     finally:
         if cuda:
             torch.cuda.set_sync_debug_mode(0)
-    return work
+    return work, ms
 
 
 def _index_build_ms(h, state) -> float:
@@ -126,6 +131,7 @@ def _load_side(release, patch: bool, num_leaves: int, num_loads: int, seed: int,
     cache._load_back_transfers = timed  # instance attribute: this cache only
     state = state_of(cache) if patch else None
     tensor_ops = syncs = 0
+    plan_ms: list = []
     if patch:
         out["index_build_ms"] = _index_build_ms(h, state)
     for node_id, keys in loads:
@@ -136,8 +142,9 @@ def _load_side(release, patch: bool, num_leaves: int, num_loads: int, seed: int,
         can = coverable(before, set(h.path_nodes(node_id)), trees.locked, deficit)
         if patch:
             plan = functools.partial(plan_load_back, cache, state, node_id, free=free)
-            work = _planning_counted(plan, device == "cuda")
+            work, ms = _planning_counted(plan, device == "cuda")
             tensor_ops, syncs = tensor_ops + work.total, syncs + work.host_syncs
+            plan_ms.append(ms)
         loaded = cache.load_back(node_id)
         if loaded:
             h.settle()
@@ -145,6 +152,7 @@ def _load_side(release, patch: bool, num_leaves: int, num_loads: int, seed: int,
         tally.record(loaded, can, deficit, before, trees.device_lanes(h))
     assert tally.calls == len(tally.times) == len(loads), (tally.calls, len(tally.times), len(loads))
     out.update(figures=tally.figures(), tensor_ops=tensor_ops, host_syncs=syncs)
+    out["planning_ms"] = statistics.median(plan_ms) if plan_ms else None
     cache.__dict__.pop("_load_back_transfers", None)  # one tree alive at a time: free this one first
     del h, cache, call, timed
     gc.collect()
@@ -169,7 +177,7 @@ def _row(which: schema.Schema, p: dict, u: dict, not_measured: dict, **more) -> 
 def bench_size(release, num_leaves: int, num_loads: int, seed: int, device: str = "cpu") -> dict:
     p = _load_side(release, True, num_leaves, num_loads, seed, device)
     u = _load_side(release, False, num_leaves, num_loads, seed, device)
-    return _row(schema.LOAD_BACK, p, u, NOT_MEASURED, loads=num_loads)
+    return _row(schema.LOAD_BACK, p, u, NOT_MEASURED, loads=num_loads, planning_ms_patch=p["planning_ms"])
 
 
 def refill_shortage(h) -> None:
@@ -203,7 +211,7 @@ def _capacity_side(release, patch: bool, num_leaves: int, calls: int, seed: int,
         free = h.alloc.class_free_page_counts()
         deficit = [max(0, k - f) for f in free]
         if patch:
-            work = _planning_counted(functools.partial(plan_lanes, h.cache, state, [k] * N, free), device == "cuda")
+            work, _ = _planning_counted(functools.partial(plan_lanes, h.cache, state, [k] * N, free), device == "cuda")
             tensor_ops, syncs = tensor_ops + work.total, syncs + work.host_syncs
         with tally.clock(sync):
             call(h.cache, num_tokens)

@@ -24,7 +24,7 @@ CHILD_FRACTION = 0.3
 BATCH = 256  # inserts between two settles of the write-through backups
 
 
-def class_counts(start, pages, n=N):
+def run_lane_pages(start, pages, n=N):
     from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
 
     return PageInterleavePoolAllocator._class_counts(start % n, pages, n)
@@ -75,7 +75,7 @@ def build_tree(num_leaves: int, num_loads: int, seed: int, device: str = "cpu"):
     use = [0] * N
     for parent, base, pages in leaves:
         start = base if parent is None else base + leaves[parent][2]
-        use = [u + c for u, c in zip(use, class_counts(start, pages))]
+        use = [u + c for u, c in zip(use, run_lane_pages(start, pages))]
     room = headroom(num_loads)
     h = Harness(n=N, ps=PS, pages_per_rank=max(use) + room + 4, layers=1, device=device)
     loads = []
@@ -113,7 +113,7 @@ def device_lanes(h) -> dict:
         pages = len(node.key) // PS
         stack.extend((c, prefix + pages) for c in node.children.values())
         if not node.evicted:
-            out[node] = class_counts(node.rotation_base + prefix, pages)
+            out[node] = run_lane_pages(node.rotation_base + prefix, pages)
     return out
 
 
@@ -127,4 +127,4 @@ def load_need(h, node_id):
 
     seg = evicted_segment(h.tree, node_id)
     tokens = sum(len(x.key) for x in seg)
-    return list(class_counts(h.tree.rotation_phase_of(seg[0].id), tokens // PS)), tokens
+    return list(run_lane_pages(h.tree.rotation_phase_of(seg[0].id), tokens // PS)), tokens

@@ -1,7 +1,7 @@
 """STAND-IN radix tree for the owner-lane planner: plain Python nodes, no cache class of any release.
 
 Job: give ``planner.plan_owner_lane_eviction`` what it reads (``planner.LaneTree``: the root, the evictable
-leaves, priorities, per node its lock and device state, parent, children and pages per lane from its owner
+leaves, priorities, per node its lock and device state, parent, children and pages per lane from its lane
 metadata) so the planner's semantics are tested apart from any release's cache class. Nothing here is
 upstream's tree: :class:`PlainTree` copies the few rules of upstream's ``HiRadixCache`` (the tree design before
 0.5.23) the planner depends on (a node is an evictable leaf when it is
@@ -66,8 +66,8 @@ class PlainNode:
 class PlainTree:
     """The cache as the planner reads it, with the tree rules listed in the module docstring."""
 
-    def __init__(self, shard_size: int, policy: str = "lru"):
-        self.shard_size = shard_size
+    def __init__(self, num_lanes: int, policy: str = "lru"):
+        self.num_lanes = num_lanes
         self._clock = itertools.count(1)
         self.root_node = PlainNode((), None, 0)
         self.root_node.lock_ref = 1  # as upstream: the root is never evictable
@@ -107,11 +107,11 @@ class PlainTree:
 
     def lane_pages(self, node: PlainNode):
         meta = md.get(node)
-        return None if meta is None else meta.owner_counts(self.shard_size)
+        return None if meta is None else meta.owner_counts(self.num_lanes)
 
     def lane_need(self, nodes: Sequence[PlainNode]) -> List[int]:
         """Pages per lane a load of ``nodes`` needs, summed from their metadata."""
-        need = [0] * self.shard_size
+        need = [0] * self.num_lanes
         for node in nodes:
             for lane, pages in enumerate(self.lane_pages(node)):
                 need[lane] += pages
@@ -180,7 +180,7 @@ class PlainTree:
             new = PlainNode(pages, node, self.now())
             parent_meta = md.get(node)
             if parent_meta is None:
-                md.put(new, md.CpHiCacheNodeMetadata.for_chain(self.shard_size, rotation_base, 0, len(pages)))
+                md.put(new, md.CpHiCacheNodeMetadata.for_chain(self.num_lanes, rotation_base, 0, len(pages)))
             else:
                 md.put(new, parent_meta.continuation(len(pages)))
             node.children[pages[0]] = new

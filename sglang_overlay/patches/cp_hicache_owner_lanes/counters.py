@@ -25,22 +25,23 @@ _PROM_LOCK = threading.Lock()
 
 @dataclass
 class OwnerLaneCounters:
-    shard_size: int
-    load_backs: int = 0  # load-backs served through the owner-classed path
-    refused: int = 0  # load-backs refused because a deficit could not be covered
-    plans: int = 0  # plans that had at least one deficit
-    capacity_plans: int = 0  # 0.5.23 prefill/decode capacity evictions executed per owner lane
-    capacity_fallbacks: int = 0  # 0.5.23 capacity deficits the planner could not cover: upstream's eviction ran
-    leaves_scanned: int = 0
-    leaves_evicted: int = 0
-    pages_evicted_per_lane: List[int] = field(default_factory=list)
-    warnings: Dict[str, int] = field(default_factory=dict)
-    last_plan_ms: float = 0.0  # duration of the latest planning pass (benchmarks read it)
+    """Every field counts events since the cache's state was built; the unit is in each comment."""
+
+    num_lanes: int  # lanes (the allocator's shard size): the length of ``pages_evicted_per_lane``
+    load_backs: int = 0  # load-back calls the lane gate admitted and upstream's load served
+    refused: int = 0  # load-back calls refused: a lane deficit no eviction could cover
+    plans: int = 0  # planning passes that had at least one lane deficit
+    capacity_plans: int = 0  # capacity calls (prefill/decode) whose lane deficits a plan covered and evicted
+    capacity_fallbacks: int = 0  # capacity calls whose deficits no plan covered: upstream's eviction ran
+    leaves_scanned: int = 0  # nodes the planner read, summed over plans with a deficit
+    leaves_evicted: int = 0  # nodes evicted by executed plans
+    pages_evicted_per_lane: List[int] = field(default_factory=list)  # device pages freed by plans, per lane
+    warnings: Dict[str, int] = field(default_factory=dict)  # warnings logged, per reason (``WARN_*``)
     _collector: Optional[object] = None
 
     def __post_init__(self) -> None:
         if not self.pages_evicted_per_lane:
-            self.pages_evicted_per_lane = [0] * self.shard_size
+            self.pages_evicted_per_lane = [0] * self.num_lanes
 
     def bind_collector(self, collector) -> None:
         """Mirror into Prometheus with ``collector.labels`` (upstream's collector)."""
@@ -65,9 +66,9 @@ class OwnerLaneCounters:
         metric.labels(**self._collector.labels, **{extra: value}).inc(amount)
 
     def record_plan(self, plan, plan_ms: float, slow_ms: float) -> bool:
-        """Count one plan (a plan that had a deficit to cover counts its scan); True when it was slower
-        than ``slow_ms``, counted as a slow-plan warning that the caller logs."""
-        self.last_plan_ms = plan_ms
+        """Count one plan (a plan that had a deficit to cover counts its scan); True when it took longer
+        than ``slow_ms`` milliseconds (``plan_ms``: its duration, milliseconds), counted as a slow-plan
+        warning that the caller logs. The duration decides the warning only: it is not kept."""
         if any(plan.deficit):
             self.plans += 1
             self.leaves_scanned += plan.scanned

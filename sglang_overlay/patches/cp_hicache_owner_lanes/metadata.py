@@ -1,9 +1,12 @@
-"""Per-node owner metadata under page-owner KV residency: three integers per radix node.
+"""Lane metadata under page-owner KV residency: pages per lane of a cyclic run, and a node's run.
 
-Job: position-page ``P`` of a chain with rotation base ``b`` lives in owner class ``(b + P) % N``; a node
-is one run of such pages, described by its first owner (phase), first position-page and page count.
-Invariant: per-owner counts come from upstream's closed form (``PageInterleavePoolAllocator._class_counts``),
-never from a tensor, so host-only nodes answer too. Cost: closed form once per node and CP size (memoized).
+Job: position-page ``P`` of a chain with rotation base ``b`` lives in lane ``(b + P) % N`` (a lane: the pages
+one CP rank owns, ``planner``'s module docstring); a node is one run of such pages, described by its first
+lane (phase), first position-page and page count. :func:`run_lane_pages` is what the release folders read;
+:class:`CpHiCacheNodeMetadata` carries a run on a node (the planner's stand-in tree in the tests; on 0.5.23
+upstream's ``rotation_base`` is the metadata), its field names the fork's (``owner`` for lane).
+Invariant: pages per lane come from upstream's closed form (``PageInterleavePoolAllocator._class_counts``),
+never from a tensor, so host-only nodes answer too. Cost: closed form once per run (memoized).
 Imports neither torch nor sglang at module import.
 """
 
@@ -16,11 +19,12 @@ ATTR = "cp_owner_meta"  # attribute name on upstream TreeNode objects
 
 
 @functools.lru_cache(maxsize=4096)
-def class_counts(start_class: int, num_pages: int, shard_size: int) -> Tuple[int, ...]:
-    """Pages per owner class of a cyclic run: upstream's closed form, as a tuple (memoized: a pure function)."""
+def run_lane_pages(first_lane: int, num_pages: int, num_lanes: int) -> Tuple[int, ...]:
+    """Pages per lane of a cyclic run of ``num_pages`` pages from ``first_lane`` over ``num_lanes`` lanes:
+    upstream's closed form (``_class_counts``), as a tuple (memoized: a pure function)."""
     from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
 
-    return tuple(PageInterleavePoolAllocator._class_counts(start_class, num_pages, shard_size))
+    return tuple(PageInterleavePoolAllocator._class_counts(first_lane, num_pages, num_lanes))
 
 
 class CpHiCacheNodeMetadata:
@@ -90,7 +94,7 @@ class CpHiCacheNodeMetadata:
         if counts is not None:
             return counts
         if n == self.shard_size:
-            counts = class_counts(self.first_owner, self.num_pages, n)
+            counts = run_lane_pages(self.first_owner, self.num_pages, n)
         elif n >= 1 and self.shard_size % n == 0:
             full = self.owner_counts(self.shard_size)
             folded = [0] * n

@@ -1,12 +1,22 @@
-"""Owner-lane eviction planning on CPU metadata only: which evictable nodes cover every lane deficit.
+"""Owner-lane eviction planning on CPU metadata only: which evictable nodes cover every lane's deficit.
+
+A *lane* is the set of KV pages one CP rank owns under the page-interleaved layout: logical page ``l`` is in lane
+``l % N`` (upstream's ``PageInterleavePoolAllocator`` calls a lane an owner class and ``N`` its shard size).
+Every count here is in pages (the allocator's physical page) and every vector is indexed by lane.
 
 Job: walk evictable device nodes in the cache's eviction-priority order (through a
 :class:`~.leaf_index.LeafOrderIndex` when priorities are monotone), take a node only if it frees a lane
 still short (with its deferred descendants: child-then-parent chains), stop when covered, drop redundant
 units. The tree is read through :class:`LaneTree`, on the release's own nodes (no per-plan view objects).
-Invariant: given that every node the walk takes reports its pages per lane (``LaneTree.lane_pages``; a node
-without them is skipped, and so blocks its parent), it reads Python attributes only (no tensor, no
-host-device sync) and refuses only a deficit no eviction of the nodes that report could cover.
+
+Invariant. Precondition: every evictable device node carries lane metadata (``LaneTree.lane_pages`` is not
+None; on 0.5.23, upstream's ``rotation_base``). Under it the planner refuses (``LanePlan.covered`` false) only a
+deficit no eviction could cover. A node without lane metadata is skipped: its pages are not counted, and as it
+is neither taken nor deferred its parent never joins the walk; so where the precondition fails, an uncovered
+plan proves only that no eviction of the nodes that carry metadata, and of the parents they reach, covers the
+deficit (the capacity hook therefore hands an uncovered call to upstream's eviction; the load-back gate
+refuses the load and evicts nothing). Always: Python attributes only (no tensor, no host-device
+sync), nothing evicted, and nothing in the tree changed but the index's heap order.
 Cost: the nodes it scans, each O(log scanned) plus one ``lane_pages`` (memoized per plan by the tree).
 """
 
@@ -23,8 +33,7 @@ from sglang_overlay.patches.cp_hicache_owner_lanes.leaf_index import LeafOrderIn
 class LaneTree(Protocol):
     """What the planner reads of a radix tree, on the release's own node objects.
 
-    A *lane* is one owner class of the page-interleaved allocator: the pages of rank ``r`` (``l % N == r``).
-    Every count below is in pages (the allocator's physical page), indexed by lane.
+    Every count below is in pages (the allocator's physical page), indexed by lane (module docstring).
     """
 
     root: object
@@ -48,21 +57,21 @@ class LaneTree(Protocol):
         """``node``'s children."""
 
     def lane_pages(self, node) -> Optional[Sequence[int]]:
-        """Pages ``node`` holds per lane; None when the node carries no placement (the walk skips it)."""
+        """Pages ``node`` holds per lane; None when it carries no lane metadata (the walk skips it: the
+        invariant's precondition)."""
 
 
 @dataclass
 class LanePlan:
-    """Outcome of planning. Every list is pages per lane; ``leaves`` are the nodes to evict, in eviction
-    order (each node after its planned device children); ``scanned`` counts nodes read."""
+    """Outcome of planning. Every vector is pages, one entry per lane."""
 
     need: List[int]  # pages per lane the caller must allocate
     free: List[int]  # pages per lane free before eviction
-    deficit: List[int]  # max(0, need - free) per lane, before eviction
-    leaves: list = field(default_factory=list)
-    pages_per_lane: List[int] = field(default_factory=list)  # pages the chosen nodes free, per lane
-    remaining: List[int] = field(default_factory=list)  # pages per lane left uncovered
-    scanned: int = 0
+    deficit: List[int]  # pages per lane: max(0, need - free), before eviction
+    leaves: list = field(default_factory=list)  # nodes to evict, in eviction order (children before parents)
+    pages_per_lane: List[int] = field(default_factory=list)  # pages per lane the planned nodes free
+    remaining: List[int] = field(default_factory=list)  # pages per lane of deficit left uncovered
+    scanned: int = 0  # nodes the walk read (taken, deferred or skipped)
     # The index the walk read and the entries it popped from it: finish_plan hands them back.
     index: Optional["LeafOrderIndex"] = field(default=None, repr=False)
     popped: list = field(default_factory=list, repr=False)
@@ -77,7 +86,7 @@ def plan_owner_lane_eviction(
     need: Sequence[int],
     free: Sequence[int],
     index: Optional[LeafOrderIndex],
-    shard_size: int,
+    num_lanes: int,
 ) -> LanePlan:
     """Plan the evictions that cover every lane deficit, or report what stays uncovered.
 
@@ -88,9 +97,10 @@ def plan_owner_lane_eviction(
     its deferred descendants (they must go first: a child-then-parent chain);
     a node that frees no short lane is deferred. So a lane page held by an
     interior node whose children free only other lanes is still reachable, and
-    the walk refuses only when every unlocked device node together cannot
-    cover the deficits (lanes only ever leave the short set, so a deferred
-    node can never become useful on its own).
+    (every node carrying lane metadata: the module's precondition) the walk
+    refuses only when every unlocked device node together cannot cover the
+    deficits (lanes only ever leave the short set, so a deferred node can never
+    become useful on its own).
 
     Bound (asserted against a brute-force optimum in the tests): after
     :func:`_prune` every *unit* (a planned node whose parent is not planned,
@@ -99,12 +109,19 @@ def plan_owner_lane_eviction(
     ``M`` the largest unit; the optimum evicts at least ``D`` pages, so the
     excess over it is at most ``D * (M - 1)``.
 
+    Args:
+        tree: the cache's tree (:class:`LaneTree`).
+        need: pages per lane the caller must allocate.
+        free: pages per lane free now.
+        index: the cache's lazy leaf heap, or None (non-monotone priorities: a full heap is built).
+        num_lanes: lanes (``N``), the length of ``need`` and ``free``.
+
     Pure CPU: reads the tree through ``tree`` only; mutates nothing but the
     index's heap order (entries it popped are handed back by the caller through
     :func:`finish_plan`). Cost: the nodes it scans, each O(log scanned).
     """
-    deficit = [max(0, need[c] - free[c]) for c in range(shard_size)]
-    plan = LanePlan(list(need), list(free), deficit, pages_per_lane=[0] * shard_size)
+    deficit = [max(0, need[c] - free[c]) for c in range(num_lanes)]
+    plan = LanePlan(list(need), list(free), deficit, pages_per_lane=[0] * num_lanes)
     plan.remaining = list(deficit)
     if not any(deficit):
         return plan
@@ -120,18 +137,18 @@ def plan_owner_lane_eviction(
     plan.popped = popped
     plan.index = index
     try:
-        chosen = _walk(tree, plan, stream, shard_size)
+        chosen = _walk(tree, plan, stream, num_lanes)
     except BaseException:
         if index is not None:
             index.restore(popped)  # leave the index whole for the next plan
         popped.clear()
         raise
     if plan.covered and len(plan.leaves) > 1:
-        _prune(tree, plan, chosen, shard_size)
+        _prune(tree, plan, chosen, num_lanes)
     return plan
 
 
-def _walk(tree: LaneTree, plan: LanePlan, stream, shard_size: int) -> set:
+def _walk(tree: LaneTree, plan: LanePlan, stream, num_lanes: int) -> set:
     """The priority walk of :func:`plan_owner_lane_eviction`; fills ``plan``, returns the chosen set."""
     priority, lane_pages, children = tree.priority, tree.lane_pages, tree.children
     evictable, on_device, parent_of = tree.evictable, tree.on_device, tree.parent
@@ -156,8 +173,8 @@ def _walk(tree: LaneTree, plan: LanePlan, stream, shard_size: int) -> set:
             continue
         counts = lane_pages(node)
         if counts is None:
-            continue  # not placed: cannot be counted without tensors (blocks its parent)
-        if any(counts[c] and left[c] for c in range(shard_size)):
+            continue  # no lane metadata: cannot be counted without tensors (blocks its parent)
+        if any(counts[c] and left[c] for c in range(num_lanes)):
             for x in _chain_below(tree, node, deferred) + [node]:
                 chosen.add(x)
                 plan.leaves.append(x)
@@ -191,7 +208,7 @@ def _chain_below(tree: LaneTree, node, deferred: set) -> list:
     return out
 
 
-def _prune(tree: LaneTree, plan: LanePlan, chosen: set, shard_size: int) -> None:
+def _prune(tree: LaneTree, plan: LanePlan, chosen: set, num_lanes: int) -> None:
     """Drop nodes a later pick made redundant, most valuable (latest taken) first.
 
     The walk takes a node when it frees a lane that is still short; a node taken
@@ -209,11 +226,9 @@ def _prune(tree: LaneTree, plan: LanePlan, chosen: set, shard_size: int) -> None
     kept = []
     for leaf in reversed(plan.leaves):
         c = counts[id(leaf)]
-        if tree.parent(leaf) not in chosen and all(
-            total[lane] - c[lane] >= deficit[lane] for lane in range(shard_size)
-        ):
+        if tree.parent(leaf) not in chosen and all(total[lane] - c[lane] >= deficit[lane] for lane in range(num_lanes)):
             chosen.discard(leaf)
-            for lane in range(shard_size):
+            for lane in range(num_lanes):
                 total[lane] -= c[lane]
             continue
         kept.append(leaf)

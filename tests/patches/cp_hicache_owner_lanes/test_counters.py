@@ -69,7 +69,7 @@ def record_some(c: OwnerLaneCounters) -> None:
 
 
 def test_counts_accumulate_over_calls():
-    c = OwnerLaneCounters(shard_size=4)
+    c = OwnerLaneCounters(num_lanes=4)
     record_some(c)
     assert c.as_dict() == {
         "load_backs": 2, "refused": 1, "plans": 0, "capacity_plans": 2, "capacity_fallbacks": 2,
@@ -83,7 +83,7 @@ def test_counts_accumulate_over_calls():
 
 
 def test_the_prometheus_mirror_carries_the_collectors_labels_and_skips_zero_increments():
-    c, coll = OwnerLaneCounters(shard_size=4), collector()
+    c, coll = OwnerLaneCounters(num_lanes=4), collector()
     c.bind_collector(coll)
     record_some(c)
     assert [sample(EVICTED, coll, lane=str(lane)) for lane in range(4)] == [1.0, 3.0, 3.0, None]  # lane 3: no series
@@ -105,7 +105,7 @@ def test_the_prometheus_mirror_carries_the_collectors_labels_and_skips_zero_incr
 
 def test_a_second_cache_shares_the_registered_metric():
     """Two caches (two schedulers' worth) with the same label names: one metric, two label sets."""
-    first, second = OwnerLaneCounters(shard_size=2), OwnerLaneCounters(shard_size=2)
+    first, second = OwnerLaneCounters(num_lanes=2), OwnerLaneCounters(num_lanes=2)
     a, b = collector(), collector()
     first.bind_collector(a)
     second.bind_collector(b)
@@ -125,7 +125,7 @@ def test_without_a_collector_nothing_reaches_prometheus():
         }
 
     before = series()
-    c = OwnerLaneCounters(shard_size=4)
+    c = OwnerLaneCounters(num_lanes=4)
     record_some(c)
     assert series() == before and c.load_backs == 2
 
@@ -133,18 +133,18 @@ def test_without_a_collector_nothing_reaches_prometheus():
 def test_counters_of_a_cache_the_patch_never_touched_is_none():
     assert counters_of(SimpleNamespace()) is None
     assert counters_of(SimpleNamespace(_cp_owner_lanes=None)) is None
-    state = SimpleNamespace(counters=OwnerLaneCounters(shard_size=2))
+    state = SimpleNamespace(counters=OwnerLaneCounters(num_lanes=2))
     assert counters_of(SimpleNamespace(_cp_owner_lanes=state)) is state.counters
 
 
 def test_plans_accumulate_and_a_plan_at_the_threshold_is_not_slow():
-    c = OwnerLaneCounters(shard_size=2)
+    c = OwnerLaneCounters(num_lanes=2)
     with_deficit = SimpleNamespace(deficit=[1, 0], scanned=5)
     without = SimpleNamespace(deficit=[0, 0], scanned=9)  # nothing to cover: not a plan, its scan not counted
     assert c.record_plan(with_deficit, plan_ms=2.0, slow_ms=2.0) is False  # at the threshold: not slow
     assert c.record_plan(with_deficit, plan_ms=1.0, slow_ms=2.0) is False
     assert c.record_plan(without, plan_ms=3.0, slow_ms=2.0) is True  # slower than the threshold
-    assert (c.plans, c.leaves_scanned, c.last_plan_ms) == (2, 10, 3.0)
+    assert (c.plans, c.leaves_scanned) == (2, 10)
     assert c.warnings == {WARN_SLOW_PLAN: 1}
     c.record_outcome(False)
     c.record_outcome(False)

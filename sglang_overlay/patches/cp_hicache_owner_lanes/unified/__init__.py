@@ -5,7 +5,9 @@ The design it serves: ``UnifiedRadixCache`` (upstream keeps the rotation bases).
 Modules: ``state.py`` (per-cache state, leaf index), ``lane_tree.py`` (the tree in the planner's terms),
 ``planning.py`` (need per lane, plans), ``eviction.py`` (a plan through upstream's primitives), and one
 module per hook: ``gate.py`` (load-back admission), ``capacity.py`` (prefill/decode eviction),
-``host_backup.py`` (the host-backup gate). Shared upstream types: ``upstream.py``. ``probe.py``: are
+``host_backup.py`` (the host-backup gate), ``startup.py`` (the start-up refusal of a page-interleaved
+cache it cannot plan); ``shadow.py``: the one-call instance-method shadowing the gate
+and the host-backup hook use. Shared upstream types: ``upstream.py``. ``probe.py``: are
 upstream's three gates still lane-blind? (``check --needed``).
 """
 
@@ -32,6 +34,8 @@ RELEASE = Release(
         Target(
             _UNIFIED, "UnifiedRadixCache._execute_kv_backup", f"{__name__}.host_backup:execute_kv_backup_hook", "AROUND"
         ),
+        # start-up: a page-interleaved cache the lanes cannot plan (hybrid pools, another tree core) is refused
+        Target(_UNIFIED, "UnifiedRadixCache.__init__", f"{__name__}.startup:refuse_unplannable_at_startup", "AFTER"),
     ),
     depends=(
         Dependency(

@@ -24,7 +24,7 @@ def evict_to_free_tokens_hook(original, self, tree_cache, num_tokens, *args, **k
     state = _state(self, tree_cache)
     if state is None or args or kwargs:
         return original(self, tree_cache, num_tokens, *args, **kwargs)
-    per_lane = -(-int(num_tokens) // (state.shard_size * state.page_size))
+    per_lane = -(-int(num_tokens) // (state.shard_size * state.page_size))  # pages in every lane
     free = self.class_free_page_counts()
     if min(free) >= per_lane:  # upstream's shortfall <= 0: nothing to do
         return None

@@ -1,8 +1,8 @@
 """The 0.5.23 load-back admission gate per owner lane (AROUND ``UnifiedRadixCache._load_back_transfers``).
 
 Job: for one call, upstream's ``_component_available_size`` (FULL) and ``evict_for_alloc`` are shadowed on
-the instance: the first FULL query plans, evicts a covering plan and reports room for the load; an uncovered
-plan evicts nothing and upstream's refusal path runs. Invariant: nothing evicted unless every deficit is
+the instance (:func:`.shadow.shadowed`): the first FULL query plans, evicts a covering plan and reports room
+for the load; an uncovered plan evicts nothing and upstream's refusal path runs. Invariant: nothing evicted unless every deficit is
 covered; the shadows are removed even when the call raises. Cost: one walk to the root and N free counts
 when no lane is short; otherwise the planner's scan and the evictions.
 """
@@ -16,10 +16,9 @@ from sglang_overlay.patches.cp_hicache_owner_lanes import counters as ctr
 from sglang_overlay.patches.cp_hicache_owner_lanes.report import lane_report, logger
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.eviction import evict_planned
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.planning import plan_load_back
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified.shadow import shadowed
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import LaneState, state_of
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.upstream import full as _full
-
-_MISSING = object()
 
 
 def load_back_transfers_hook(original, self, *args, **kwargs):
@@ -28,7 +27,7 @@ def load_back_transfers_hook(original, self, *args, **kwargs):
     if state is None:
         return original(self, *args, **kwargs)
     gate = LaneGate(self, state, kwargs["node_id"])
-    with gate:
+    with shadowed(self, _component_available_size=gate.available, evict_for_alloc=gate.evict_for_alloc):
         loaded = original(self, *args, **kwargs)
     gate.account(loaded)
     return loaded
@@ -37,9 +36,9 @@ def load_back_transfers_hook(original, self, *args, **kwargs):
 class LaneGate:
     """Upstream's load-back admission gate, per owner lane, for one call.
 
-    Used as a context manager around the original ``_load_back_transfers``: it
-    shadows ``_component_available_size`` and ``evict_for_alloc`` on the instance.
-    The first Full availability query decides (plan, evict the plan if it covers
+    Its :meth:`available` and :meth:`evict_for_alloc` shadow upstream's
+    ``_component_available_size`` and ``evict_for_alloc`` on the instance around the
+    original ``_load_back_transfers``. The first Full availability query decides (plan, evict the plan if it covers
     every deficit); afterwards Full availability is at least the load's tokens when
     admitted, upstream's own value when refused, and ``evict_for_alloc`` is empty,
     so upstream's lane-blind eviction never runs in this call after the decision.
@@ -49,26 +48,10 @@ class LaneGate:
         self.cache = cache
         self.state = state
         self.node_id = node_id
-        self.admitted: Optional[int] = None  # None: undecided; 0: refused; else tokens admitted
-        self._saved: dict = {}
-
-    def __enter__(self):
-        d = self.cache.__dict__
-        for name in ("_component_available_size", "evict_for_alloc"):
-            self._saved[name] = d.get(name, _MISSING)
-        self._available = self.cache._component_available_size
-        self._evict_for_alloc = self.cache.evict_for_alloc
-        d["_component_available_size"] = self.available
-        d["evict_for_alloc"] = self.evict_for_alloc
-        return self
-
-    def __exit__(self, *exc) -> None:
-        d = self.cache.__dict__
-        for name, saved in self._saved.items():
-            if saved is _MISSING:
-                d.pop(name, None)
-            else:
-                d[name] = saved
+        self.admitted: Optional[int] = None  # tokens: None undecided, 0 refused, else the load's tokens
+        # What the shadows stand in for, read before they are installed.
+        self._available = cache._component_available_size
+        self._evict_for_alloc = cache.evict_for_alloc
 
     def available(self, component_type):
         real = self._available(component_type)

@@ -1,10 +1,11 @@
 """The 0.5.23 host-backup gate per owner lane (AROUND ``UnifiedRadixCache._execute_kv_backup``).
 
 Job: when every host lane the backup draws from (``_class_counts(phase % N, pages, N)``) has its pages, the
-host pool group's ``available_size`` reads as at least the node's tokens for that one call, so upstream
-neither evicts nor refuses; otherwise upstream's gate and lane-blind ``evict_host`` run unchanged.
+host pool group's ``available_size`` reads as at least the node's tokens for that one call
+(:func:`.shadow.shadowed`), so upstream neither evicts nor refuses; otherwise upstream's gate and lane-blind
+``evict_host`` run unchanged.
 Invariant: the backup, its host slots and bookkeeping stay upstream's; the shadow is removed even when the
-call raises. Cost per backup: a rotation-phase lookup, N lengths and a closed-form class count.
+call raises. Cost per backup: a rotation-phase lookup, N lengths and a closed-form pages-per-lane count.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from __future__ import annotations
 from typing import List, Optional
 
 from sglang_overlay.patches.cp_hicache_owner_lanes import metadata as md
+from sglang_overlay.patches.cp_hicache_owner_lanes.unified.shadow import shadowed
 from sglang_overlay.patches.cp_hicache_owner_lanes.unified.state import state_of
-
-_MISSING = object()
 
 
 def execute_kv_backup_hook(original, self, node_id, device_value, *args, **kwargs):
@@ -25,20 +25,13 @@ def execute_kv_backup_hook(original, self, node_id, device_value, *args, **kwarg
     tokens = len(device_value)
     if not lanes_have_room(self, node_id, tokens):
         return original(self, node_id, device_value, *args, **kwargs)
-    saved = group.__dict__.get("available_size", _MISSING)
     real = group.available_size
-    group.__dict__["available_size"] = lambda: max(real(), tokens)
-    try:
+    with shadowed(group, available_size=lambda: max(real(), tokens)):
         return original(self, node_id, device_value, *args, **kwargs)
-    finally:
-        if saved is _MISSING:
-            group.__dict__.pop("available_size", None)
-        else:
-            group.__dict__["available_size"] = saved
 
 
 def host_free_per_lane(cache) -> Optional[List[int]]:
-    """Free host pages per owner lane of the KV host pool (None: not a classed host pool)."""
+    """Free host pages per lane of the KV host pool (None: not a page-interleaved host pool)."""
     slots = getattr(_kv_host_pool(cache), "_slots", None)
     counts = getattr(slots, "class_free_page_counts", None)
     return None if counts is None else counts()
@@ -52,7 +45,7 @@ def lanes_have_room(cache, node_id, tokens: int) -> bool:
         return False
     n = len(free)
     page = cache.page_size
-    need = md.class_counts(phase % n, -(-tokens // page), n)
+    need = md.run_lane_pages(phase % n, -(-tokens // page), n)
     return all(f >= x for f, x in zip(free, need))
 
 

@@ -19,19 +19,19 @@ _UNKNOWN = object()
 
 
 class UnifiedLaneTree:
-    """One plan's reading of a ``UnifiedTreeCore`` (``lanes``: the allocator's shard size; ``page_size``: tokens
-    per page; ``priority``: the cache's eviction-strategy priority of a node)."""
+    """One plan's reading of a ``UnifiedTreeCore`` (``num_lanes``: lanes, the allocator's shard size;
+    ``page_size``: tokens per page; ``priority``: the cache's eviction-strategy priority of a node)."""
 
-    __slots__ = ("root", "_core", "_priority", "lanes", "page_size", "_full", "_pages", "_above")
+    __slots__ = ("root", "_core", "_priority", "num_lanes", "page_size", "_full", "_pages", "_above")
 
-    def __init__(self, tree_core, priority, lanes: int, page_size: int):
+    def __init__(self, tree_core, priority, num_lanes: int, page_size: int):
         self.root = tree_core.root_node
         self._core = tree_core
         self._priority = priority
-        self.lanes = lanes
+        self.num_lanes = num_lanes
         self.page_size = page_size
         self._full = _full()
-        self._pages: dict = {}  # node -> pages per lane (or None), this plan only
+        self._pages: dict = {}  # node -> pages per lane (None: no lane metadata), this plan only
         self._above: dict = {self.root: 0}  # node -> tokens on the path above it
 
     def leaves(self):
@@ -73,12 +73,12 @@ class UnifiedLaneTree:
         base = node.rotation_base
         if base is None or node is self.root:
             return None
-        return (base + self.tokens_above(node) // self.page_size) % self.lanes
+        return (base + self.tokens_above(node) // self.page_size) % self.num_lanes
 
     def lane_pages(self, node) -> Optional[Tuple[int, ...]]:
         got = self._pages.get(node, _UNKNOWN)
         if got is _UNKNOWN:
             first = None if node.key is None else self.first_lane(node)
-            got = None if first is None else md.class_counts(first, len(node.key) // self.page_size, self.lanes)
+            got = None if first is None else md.run_lane_pages(first, len(node.key) // self.page_size, self.num_lanes)
             self._pages[node] = got
         return got

@@ -33,17 +33,17 @@ def lane_need(tree: UnifiedLaneTree, segment: Sequence) -> Tuple[int, List[int]]
 
     The start lane is the top node's rotation phase (its host slots were drawn at
     it). A top node without a rotation base (an insert path that carried none) falls
-    back to the owner of its first host slot: one read of a CPU tensor, the read
+    back to the lane of its first host slot: one read of a CPU tensor, the read
     upstream's ``load`` makes anyway.
     """
-    n, ps = tree.lanes, tree.page_size
+    n, ps = tree.num_lanes, tree.page_size
     tokens = sum(len(x.key) for x in segment)
     if not segment:
         return 0, [0] * n
     start = tree.first_lane(segment[0])
     if start is None:
         start = int(segment[0].component_data[_full()].host_value[0]) // ps % n
-    return tokens, list(md.class_counts(start, -(-tokens // ps), n))
+    return tokens, list(md.run_lane_pages(start, -(-tokens // ps), n))
 
 
 def plan_load_back(cache, state: LaneState, node_id, free: Optional[Sequence[int]] = None):

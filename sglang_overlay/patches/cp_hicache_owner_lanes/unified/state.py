@@ -25,8 +25,8 @@ class LaneState:
 
     def __init__(self, cache, allocator: "PageInterleavePoolAllocator"):
         self.allocator = allocator
-        self.shard_size = allocator.shard_size
-        self.page_size = allocator.page_size  # the physical page: the tree's quantum
+        self.shard_size = allocator.shard_size  # lanes (N): upstream's name for the count
+        self.page_size = allocator.page_size  # tokens per page (the physical page: the tree's quantum)
         full = cache.tree_core.components_by_type[_full()]
         full._ensure_eviction_strategy()
         # Upstream's Full walk orders leaves by this (session-aware when sessions are on).
@@ -35,7 +35,7 @@ class LaneState:
         self.counters = OwnerLaneCounters(self.shard_size)
         if getattr(cache, "metrics_collector", None) is not None:
             self.counters.bind_collector(cache.metrics_collector)
-        self.slow_plan_ms = settings.slow_plan_ms()
+        self.slow_plan_ms = settings.slow_plan_ms()  # milliseconds: a slower plan logs one warning
         self._leaves = None
         self._index: Optional[LeafOrderIndex] = None
 
@@ -69,7 +69,7 @@ def _build(cache):
         reason = _unsupported(cache)
         if reason is None:
             state = LaneState(cache, allocator)
-        else:
+        else:  # refused at start-up (startup.py) where the hook was applied at construction
             logger.warning(
                 "owner-lane load-back inactive on this page-interleaved cache (%s): upstream's "
                 "lane-blind load-back gate applies",
@@ -78,10 +78,28 @@ def _build(cache):
     return state
 
 
+def unplannable(cache) -> Optional[str]:
+    """Why the planner cannot serve ``cache`` although its Full allocator is page-interleaved; None when it
+    can, or when the allocator is not page-interleaved (the patch has nothing to do there)."""
+    allocator = getattr(cache.token_to_kv_pool_allocator, "full_attn_allocator", cache.token_to_kv_pool_allocator)
+    from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
+
+    if not isinstance(allocator, PageInterleavePoolAllocator):
+        return None
+    return _unsupported(cache)
+
+
 def _unsupported(cache) -> Optional[str]:
     tree_core = cache.tree_core
     if not hasattr(tree_core, "evictable_device_leaves") or not hasattr(tree_core, "node_by_id"):
-        return f"tree core {type(tree_core).__name__} is not the Python UnifiedTreeCore"
+        return (
+            f"tree core {type(tree_core).__name__} is not the Python UnifiedTreeCore "
+            "(set SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python)"
+        )
     if tuple(cache.tree_components) != (_full(),):
-        return f"tree components {[ct.name for ct in cache.tree_components]}: only FULL is planned"
+        names = [ct.name for ct in cache.tree_components]
+        return (
+            f"tree components {names}: only FULL is planned per lane, not the hybrid (Mamba / SWA) device and "
+            "host pools"
+        )
     return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 
-def class_counts(start, pages, n):
+def run_lane_pages(start, pages, n):
     from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
 
     return PageInterleavePoolAllocator._class_counts(start % n, pages, n)
@@ -21,7 +21,7 @@ def class_counts(start, pages, n):
 def upstream_need(h, node_id):
     """Upstream's own per-lane draw for a load: alloc_cyclic from the first host page's owner."""
     host = h.load_spec(node_id).host_indices
-    return class_counts(int(host[0]) // h.ps, len(host) // h.ps, h.n)
+    return run_lane_pages(int(host[0]) // h.ps, len(host) // h.ps, h.n)
 
 
 def loaded_lanes(h, node_ids):

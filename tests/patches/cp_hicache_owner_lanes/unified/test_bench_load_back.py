@@ -34,4 +34,4 @@ def test_bench_smallest_size_counted_goals(tmp_path):
     assert row["tensor_ops_planning"] == 0 and row["host_syncs_planning"] == 0
     assert row["pages_evicted_nonshort_upstream"] > 0  # upstream's lane-blind gate, same tree
     assert row["time_per_call_ms_patch"] > 0 and row["time_per_call_ms_upstream"] > 0
-    assert row["planning_ms_patch"] is None and "planning_ms_patch" in row["not_measured"]
+    assert row["planning_ms_patch"] > 0 and "planning_ms_patch" not in row["not_measured"]  # timed by the adapter

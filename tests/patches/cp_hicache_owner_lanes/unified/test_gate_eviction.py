@@ -111,7 +111,6 @@ def test_slow_plan_and_refusal_are_counted(monkeypatch, caplog):
         assert h.load(node) == (False, 0)
     counters = counters_of(h.cache)
     assert counters.warnings == {"slow_plan": 1, "deficit_remains": 1} and counters.refused == 1
-    assert counters.last_plan_ms == pytest.approx(5.0, abs=1e-9)
     mine = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == logger.name]
     assert mine == [
         (
