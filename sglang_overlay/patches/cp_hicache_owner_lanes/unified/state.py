@@ -59,13 +59,19 @@ def state_of(cache) -> Optional[LaneState]:
     return cache_state.state_of(cache, _build)
 
 
-def _build(cache):
-    allocator = cache.token_to_kv_pool_allocator
-    allocator = getattr(allocator, "full_attn_allocator", allocator)  # what the controller's load uses
-    state = cache_state.INERT
+def _interleaved_allocator(cache):
+    """The cache's Full allocator (what the controller's load uses) when it is page-interleaved, else None."""
     from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
 
-    if isinstance(allocator, PageInterleavePoolAllocator):
+    allocator = cache.token_to_kv_pool_allocator
+    allocator = getattr(allocator, "full_attn_allocator", allocator)
+    return allocator if isinstance(allocator, PageInterleavePoolAllocator) else None
+
+
+def _build(cache):
+    state = cache_state.INERT
+    allocator = _interleaved_allocator(cache)
+    if allocator is not None:
         reason = _unsupported(cache)
         if reason is None:
             state = LaneState(cache, allocator)
@@ -81,12 +87,7 @@ def _build(cache):
 def unplannable(cache) -> Optional[str]:
     """Why the planner cannot serve ``cache`` although its Full allocator is page-interleaved; None when it
     can, or when the allocator is not page-interleaved (the patch has nothing to do there)."""
-    allocator = getattr(cache.token_to_kv_pool_allocator, "full_attn_allocator", cache.token_to_kv_pool_allocator)
-    from sglang.srt.mem_cache.allocator.page_interleave import PageInterleavePoolAllocator
-
-    if not isinstance(allocator, PageInterleavePoolAllocator):
-        return None
-    return _unsupported(cache)
+    return None if _interleaved_allocator(cache) is None else _unsupported(cache)
 
 
 def _unsupported(cache) -> Optional[str]:
