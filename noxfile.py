@@ -36,9 +36,6 @@ VENV = REPO / ".venv"  # the default pin's environment (scripts/apply_patches.sh
 PYTEST = ("-m", "pytest", "-p", "no:cacheprovider")
 E2E = "tests/e2e/test_{}.py".format
 INSTALL_E2E = tuple(map(E2E, ("00_standins", "02_tokenizer_workers")))  # served from the wheel
-# CI's two streams split the pin's ci_slow tier here: these folders beside the real servers, the rest (tests/core,
-# tests/packaging: fresh interpreters and packaging) beside the wheel; about half of the tier's time each
-CI_SLOW_A = ("tests/patches", "tests/gsm8k")
 PIN_E2E = tuple(  # tests/e2e/test_07_demo.py is marked slow: the demo script, outside CI
     map(
         E2E,
@@ -84,16 +81,14 @@ def docs(session: nox.Session) -> None:
 @nox.parametrize("pin", [DEFAULT])
 def tiers(session: nox.Session, pin: str) -> None:
     """The pin's environment from the project's script, its checks and its tiers. Arguments after ``--`` pick
-    parts (none: all): ``ci_slow``, or its two halves ``ci_slow:a`` (CI_SLOW_A) and ``ci_slow:b`` (the rest, so
-    the two cover ``ci_slow`` by construction), and ``e2e``; ``--fresh`` rebuilds the environment. CI runs the
-    parts in its two streams."""
+    parts (none: all): ``ci_slow`` and ``e2e``; ``--fresh`` rebuilds the environment. CI runs the two parts in its
+    two streams."""
     if not (VENV / "bin" / "sglang-overlay").exists() or "--fresh" in session.posargs:
         shutil.rmtree(VENV, ignore_errors=True)
         session.run(str(REPO / "scripts" / "apply_patches.sh"), "--upstream", pin, external=True)
-    parts = {"ci_slow": [], "ci_slow:a": list(CI_SLOW_A), "ci_slow:b": [f"--ignore={p}" for p in CI_SLOW_A]}
-    unknown = set(session.posargs) - {*parts, "e2e", "--fresh"}
+    unknown = set(session.posargs) - {"ci_slow", "e2e", "--fresh"}
     if unknown:
-        session.error(f"unknown arguments {sorted(unknown)}: name {sorted(parts)}, e2e (none: all), --fresh")
+        session.error(f"unknown arguments {sorted(unknown)}: name ci_slow, e2e (none: both), --fresh")
     chosen = [a for a in session.posargs if a != "--fresh"] or ["ci_slow", "e2e"]
     python, overlay = str(VENV / "bin" / "python"), str(VENV / "bin" / "sglang-overlay")
     session.run(overlay, "lock", "--check", external=True)
@@ -101,7 +96,7 @@ def tiers(session: nox.Session, pin: str) -> None:
         if part == "e2e":
             session.run(python, *PYTEST, "-m", "e2e and not slow", "--durations=15", *PIN_E2E, external=True)
         else:
-            session.run(python, *PYTEST, "-m", "ci_slow", "--durations=10", *parts[part], external=True)
+            session.run(python, *PYTEST, "-m", "ci_slow", "--durations=10", external=True)
 
 
 @nox.session(python=WHEEL_PYTHON)

@@ -76,12 +76,7 @@ def name(launch) -> str:
 
 
 def server_config(overlay: bool, args) -> ServerConfig:
-    extra = ()
-    if args.model == "real":
-        from tests.support.real_server.smollm2 import SERVER_ARGS
-
-        extra = SERVER_ARGS
-    base = ServerConfig(overlay=overlay, max_running_requests=max(8, args.max_concurrency), extra_args=extra)
+    base = ServerConfig(overlay=overlay, max_running_requests=max(8, args.max_concurrency))
     return tensor_parallel(base, args.tp_size) if args.tp_size > 1 else base
 
 

@@ -60,10 +60,7 @@ def run_demo(tokenizer_workers: int, log_dir: str | None, model: str = "tiny", q
     except smollm2.RealModelError as exc:
         err_console.print(f"[red]demo: {exc}[/red]")
         return 2
-    extra = smollm2.SERVER_ARGS if model == smollm2.NAME else ()
-    config = server_tools.ServerConfig(
-        overlay=True, launcher="overlay", tokenizer_workers=tokenizer_workers, extra_args=extra
-    )
+    config = server_tools.ServerConfig(overlay=True, launcher="overlay", tokenizer_workers=tokenizer_workers)
 
     def interrupt(*_):
         raise KeyboardInterrupt

@@ -37,7 +37,7 @@ from tests.support.real_server.model import REPO
 from tests.support.real_server.pool import ServerPool
 from tests.support.real_server.probes import greedy_texts
 from tests.support.real_server.server import ServerConfig
-from tests.support.real_server.smollm2 import SERVER_ARGS, RealModelError, build_real_model
+from tests.support.real_server.smollm2 import RealModelError, build_real_model
 
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_common import wilson  # noqa: E402
@@ -49,8 +49,8 @@ pytestmark = pytest.mark.e2e
 # each other on 2 cores and decoding fell to about 1 token/s per server (SGLANG_CPU_OMP_THREADS_BIND does not
 # help: upstream applies it only on AMX or arm64 CPUs, bootstrap._init_cpu_threads_env).
 ONE_THREAD = (("OMP_NUM_THREADS", "1"),)
-UPSTREAM = ServerConfig(overlay=False, extra_args=SERVER_ARGS, env=ONE_THREAD)
-OVERLAY = ServerConfig(overlay=True, extra_args=SERVER_ARGS, env=ONE_THREAD)
+UPSTREAM = ServerConfig(overlay=False, env=ONE_THREAD)
+OVERLAY = ServerConfig(overlay=True, env=ONE_THREAD)
 QUESTIONS = 10  # CI: the texts of 10 answers; 200 in the slow tier
 CROSS_QUESTIONS = 5  # each runner, one at a time (200 questions: the slow tier)
 MAX_TOKENS = 160  # a worked GSM8K answer of this model is 40-150 tokens; the stop sequences end most earlier

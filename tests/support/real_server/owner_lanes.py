@@ -45,9 +45,6 @@ def interleaved_config(overlay: bool, tokens_per_class: int = 256, disable: str 
         # explicit: upstream's auto-size refuses to start when the machine has under 10 GiB free (a loaded CI host)
         "--hicache-ratio",
         "2",
-        # the pools are kilobytes; 0.05 of the free memory fell below the weights' share on a loaded host
-        "--mem-fraction-static",
-        "0.2",
         "--skip-server-warmup",  # warm-up decodes 8 tokens; this allocator has no decode
         "--enable-metrics",
         "--enable-cache-report",

