@@ -201,9 +201,12 @@ class Patch:
     depends: tuple[Dependency, ...] = ()  # what the patch's own (every-release) hooks call without hooking it
     extra: bool = field(default=False, compare=False)  # declared outside the shipped series
     probe: str | None = None  # "module:function" -> Finding (a release folder's own probe takes precedence)
+    status_view: str | None = None  # "module:function": what ``status`` shows of the patch's own records
 
     def __post_init__(self) -> None:
         _probe_spec(self.probe, f"patch {self.id}")
+        if self.status_view is not None and ":" not in self.status_view:
+            raise RegistryError(f"patch {self.id}: status_view {self.status_view!r} must be 'module:function'")
         if not _ID.match(self.id):
             raise RegistryError(f"patch id {self.id!r} must be lower-case words joined by '-'")
         if not isinstance(self.position, int) or isinstance(self.position, bool) or self.position < 0:

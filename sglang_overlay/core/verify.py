@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from packaging.version import InvalidVersion, Version
 
 from sglang_overlay.core import fingerprint, framework, installed, lockfile, settings
-from sglang_overlay.core.registry import Dependency, Patch, Target, discover_patches
+from sglang_overlay.core.registry import Dependency, Patch, Target, declared_patches  # noqa: F401 (re-exported)
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.version import __version__
 
@@ -152,12 +152,6 @@ class Plan:
     @property
     def enabled(self) -> list[Patch]:
         return [p for p in self.patches if p.id not in self.disabled]
-
-
-def declared_patches(version: str) -> list[Patch]:
-    """The series for upstream ``version`` plus the extra declaration modules this process names
-    (``SGLANG_OVERLAY_EXTRA_PATCHES``): what start-up applies and ``check`` reports."""
-    return discover_patches(version, extra=tuple(settings.extra_patch_modules()))
 
 
 def make_plan(lock: dict | None = None) -> Plan:

@@ -14,7 +14,7 @@ import pytest
 from sglang_overlay import cli
 from sglang_overlay.cli import check as cli_check
 from sglang_overlay.core import lockfile, process_hook, readiness, verify
-from sglang_overlay.core.server_status import _is_server_process
+from sglang_overlay.observe.server_status import _is_server_process
 
 
 class _Plan(verify.Plan):
@@ -248,7 +248,7 @@ def test_non_strict_warns_on_a_launch_problem_and_refuses_a_fatal_one(monkeypatc
     monkeypatch.setenv("SGLANG_OVERLAY_STRICT", "0")
     monkeypatch.setenv("SGLANG_OVERLAY_DISABLE", ",".join(p.id for p in verify.make_plan().patches))
     monkeypatch.setattr(hooking, "_STATE", hooking._State())
-    monkeypatch.setattr(hooking.processes, "mark_children", lambda: None)
+    monkeypatch.setattr(hooking.process_hook, "mark_children", lambda: None)
     _only_rule(monkeypatch, readiness.Problem("warn me"))
     hooking._apply_unlocked(None)
     assert hooking._STATE.started and "warn me" in caplog.text
