@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
-from sglang_overlay.core import identity, installed, process_hook, settings
+from sglang_overlay.core import installed, process_hook, settings
 from sglang_overlay.core.verify import Plan
 
 
@@ -96,7 +96,7 @@ class Rule:
 def _sglang(plan: Plan, role, argv) -> list[Problem]:
     return [
         Problem(f"sglang-overlay cannot vouch for this sglang: {m}", fatal=True)
-        for m in (identity.identity_problem(),)
+        for m in (installed.identity_problem(),)
         if m
     ]
 
@@ -149,7 +149,7 @@ def ready(
     """Everything that keeps this launch from running patched, one :class:`Problem` each (empty: ready).
 
     Start-up (the plugin, ``environment=False``) asks the rules a running process can see: the imported sglang
-    is the installed one (``core.identity``), the version pin,
+    is the installed one (``core.installed``), the version pin,
     each enabled patch's fingerprints, the process-start hook. ``check`` and ``launch`` (``environment=True``)
     add the rest. A fatal problem ends the list: nothing after it could be told."""
     problems: list[Problem] = []

@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 
-def _releases_of(package) -> tuple[Release, ...]:
+def releases_of(package) -> tuple[Release, ...]:
     """The release folders of a patch package: each sub-package declaring ``RELEASE = Release(...)``."""
     found = []
     for info in sorted(pkgutil.iter_modules(getattr(package, "__path__", [])), key=lambda m: m.name):
@@ -109,7 +109,7 @@ def _load_declaration(module_name: str, extra: bool) -> Patch:
         raise RegistryError(f"{module_name} declares patch {patch.id!r}: its folder must be {package_name(patch.id)}")
     if not extra and patch.position < 1:
         raise RegistryError(f"patch {patch.id}: a patch of the series declares its position (>= 1)")
-    releases = _releases_of(module)
+    releases = releases_of(module)
     folders = {f"{module.__name__}.{r.folder}." for r in releases}
     for target in patch.targets:
         if any(target.hook_module.startswith(f) for f in folders):
@@ -119,7 +119,7 @@ def _load_declaration(module_name: str, extra: bool) -> Patch:
             )
     if not releases and not patch.targets:
         raise RegistryError(f"patch {patch.id}: declares no targets and has no release folder")
-    return replace(patch, releases=releases, extra=extra)
+    return replace(patch, releases=releases, extra=extra, declared_in=module_name)
 
 
 ANY_UPSTREAM = "*"  # discover_patches(ANY_UPSTREAM): every patch with all its release folders

@@ -109,13 +109,13 @@ def _wheel_from_installed(tmp_path: Path, edits: dict[str, tuple[str, str] | Non
     return wheel
 
 
-def test_rebase_check_reports_unchanged_changed_and_missing(demo_lock, tmp_path):
+def test_rebase_check_reports_match_drift_and_missing_in_checks_words(demo_lock, tmp_path):
     env = demo_env(demo_lock)
     (tmp_path / "a").mkdir()
     same = _wheel_from_installed(tmp_path / "a", {})
     proc = run_cli("rebase-check", "--wheel", str(same), "--json", **env)
     rows = {r["target"]: r["status"] for r in json.loads(proc.stdout)["targets"]}
-    assert rows[DEMO_TARGET] == "unchanged"
+    assert rows[DEMO_TARGET] == "match"
     (tmp_path / "b").mkdir()
     changed = _wheel_from_installed(
         tmp_path / "b",
@@ -128,12 +128,12 @@ def test_rebase_check_reports_unchanged_changed_and_missing(demo_lock, tmp_path)
     )
     proc = run_cli("rebase-check", "--wheel", str(changed), **env)
     assert proc.returncode == 1
-    assert "changed" in proc.stdout
+    assert "drift" in proc.stdout
     rows = {
         r["target"]: r["status"]
         for r in json.loads(run_cli("rebase-check", "--wheel", str(changed), "--json", **env).stdout)["targets"]
     }
-    assert rows[DEMO_TARGET] == "changed"
+    assert rows[DEMO_TARGET] == "drift"
     (tmp_path / "c").mkdir()
     gone = _wheel_from_installed(tmp_path / "c", {"sglang/srt/mem_cache/radix_cache.py": None})
     rows = {

@@ -166,7 +166,7 @@ def test_check_lists_dependencies_beside_targets():
 
 def test_rebase_check_reports_a_changed_dependency(tmp_path):
     """A wheel whose copy of one dependency's module has that definition changed: the dependency is
-    ``changed``, with the hook module that needs it; targets elsewhere are reported apart."""
+    ``drift`` (check's word), with the hook module that needs it; targets elsewhere are reported apart."""
     import ast
     import zipfile
 
@@ -182,9 +182,11 @@ def test_rebase_check_reports_a_changed_dependency(tmp_path):
     wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr(fingerprint.module_file_in_wheel(entry["module"]), "".join(lines))
+    lock = lockfile.read_lock()
     patches = verify.declared_patches(lockfile.read_pin().version)
-    rows = {r["target"]: r for r in rebase.report(wheel, patches, dependencies=True)}
-    assert rows[path]["status"] == "changed" and rows[path]["needed_by"] == entry["needed_by"]
+    owners = verify.locked_owners(lock, patches)
+    rows = {r.target.path: r for r in rebase.report(wheel, owners, dependencies=True)}
+    assert rows[path].status is verify.Status.DRIFT and rows[path].target.needed_by == entry["needed_by"]
 
 
 def test_a_module_that_is_a_package_is_found_in_a_wheel_as_its_init():
@@ -260,8 +262,8 @@ def test_non_strict_warns_on_a_launch_problem_and_refuses_a_fatal_one(monkeypatc
 
 def test_this_environment_imports_the_installed_sglang():
     """The control of tests/core/test_sglang_identity.py: here, one install record owns what imports."""
-    from sglang_overlay.core import identity
+    from sglang_overlay.core import installed
 
-    found = identity.sglang_identity()
-    assert len(found.records) == 1 and found.others == [] and identity.identity_problem(found) is None
-    assert identity.describe(found).endswith(f"(installed by {found.records[0].name})")
+    found = installed.sglang_identity()
+    assert len(found.records) == 1 and found.others == [] and installed.identity_problem(found) is None
+    assert installed.describe(found).endswith(f"(installed by {found.records[0].name})")
