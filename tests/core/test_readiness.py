@@ -1,6 +1,6 @@
 """The one readiness rule (``core.readiness.ready``), in-process: what start-up, ``check`` and ``launch`` refuse.
 
-The fresh-interpreter view of the same rule (a real ``load_plugins()`` refusing) is tests/core/test_processes.py
+The fresh-interpreter view of the same rule (a real ``load_plugins()`` refusing) is tests/observe/test_processes.py
 (tier ci_slow); here each case of the rule runs against the real lock and the installed sglang's sources.
 """
 
@@ -201,7 +201,7 @@ def test_a_module_that_is_a_package_is_found_in_a_wheel_as_its_init():
 @pytest.mark.ci_slow  # reads the pin's whole sglang wheel
 def test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency():
     """``rebase-check`` against the wheel ``scripts/apply_patches.sh`` installed (sha256-verified, cached): every
-    target and every dependency is found and unchanged, so a ``changed`` elsewhere means upstream changed."""
+    target and every dependency is found and matches, so a ``drift`` elsewhere means upstream changed."""
     import os
     from pathlib import Path
 
@@ -211,9 +211,10 @@ def test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency():
     cache = Path(os.environ.get("SGLANG_OVERLAY_WHEEL_CACHE", Path.home() / ".cache/sglang-overlay/wheels"))
     wheel = cache / pin.wheels[installed.running_python()]["file"]
     assert wheel.is_file(), f"{wheel}: scripts/apply_patches.sh caches the pin's wheel there"
-    patches = verify.declared_patches(pin.version)
-    rows = rebase.report(wheel, patches) + rebase.report(wheel, patches, dependencies=True)
-    assert rows and {r["status"] for r in rows} == {"unchanged"}, [r for r in rows if r["status"] != "unchanged"]
+    owners = verify.locked_owners(lockfile.read_lock(), verify.declared_patches(pin.version))
+    rows = rebase.report(wheel, owners) + rebase.report(wheel, owners, dependencies=True)
+    assert rows and all(r.ok for r in rows), [r.describe() for r in rows if not r.ok]
+    assert any(r.is_dependency for r in rows) and any(r.patch == "sglang-plugin-framework" for r in rows)
 
 
 def _only_rule(monkeypatch, problem: readiness.Problem) -> None:
