@@ -14,8 +14,8 @@
 #   scripts/apply_patches.sh --editable      install the overlay editable (development) instead of as a wheel
 #   scripts/apply_patches.sh --print-pin     print the pin read from the lock and exit
 #
-# Idempotent. While it runs, DIR/.sglang-overlay-incomplete marks the environment as unfinished
-# (`sglang-overlay check` refuses such an environment); it is removed only after the check passes.
+# Idempotent: a run that stopped part-way is finished by running it again. It ends with `sglang-overlay check`
+# and fails (exit 1) when the environment does not verify.
 # The overlay is installed as users install it: a wheel built from this checkout (it carries the
 # process-start hook); --editable installs it editable and writes the hook with `process-hook --install`.
 set -euo pipefail
@@ -89,7 +89,6 @@ else
     die "a conflicting sglang $PRESENT is already installed in $VENV (pin: $SGLANG_VERSION); remove $VENV or pass --venv DIR"
   fi
 fi
-touch "$VENV/.sglang-overlay-incomplete"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 step "[3/7] sglang wheel: $WHEEL (sha256 verified against the lock)"
@@ -143,9 +142,7 @@ else
 fi
 
 step "[7/7] verify: sglang-overlay check"
-rm -f "$VENV/.sglang-overlay-incomplete"
 if ! "$VENV/bin/sglang-overlay" check; then
-  touch "$VENV/.sglang-overlay-incomplete"
   die "the overlay does not verify against this environment (see the table above)"
 fi
 echo "==> done: $VENV is pinned (sglang==$SGLANG_VERSION, Python $HAVE_PY) and verified. Tests: $VENV/bin/python -m pytest"

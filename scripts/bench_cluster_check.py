@@ -146,7 +146,7 @@ def _one_writer_at_a_time():
     """Ranks here are threads sharing one pid, so one peers record: its writes take turns (one rank per process
     in a job writes its own file, in parallel), and a rank's verdict time is taken before its turn. Returns what
     puts it back."""
-    from sglang_overlay.core import peers
+    from sglang_overlay.patches.cluster_consistency import peers
 
     keep, lock = peers.keep, threading.Lock()
 

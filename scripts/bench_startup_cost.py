@@ -3,7 +3,7 @@
 
 Launches a real overlay server on the CPU (tiny offline model, tests/support/real_server; ``--tp-size 2``: one core
 per rank, NCCL kept out) ``--launches`` times, and reads every process's own record through ``sglang-overlay
-status`` (``core.startup_cost``): per step, the count, wall and CPU milliseconds and the modules it made the process
+status`` (``observe.startup_cost``): per step, the count, wall and CPU milliseconds and the modules it made the process
 import: ``import`` (the overlay's package and core, where the process had not imported them), ``apply`` (lock,
 pin and fingerprint verification, hooks of targets already imported), ``hooks`` (hooks of targets as their
 modules import), ``cluster_check`` (the ranks' check). Prints the median per process role and step, writes JSON.
@@ -38,7 +38,7 @@ STEPS = ("import", "apply", "hooks", "cluster_check")
 
 def one_launch(tp_size: int, log_dir: Path, model: Path) -> list[dict]:
     """Each process of one launch: its role, rank and its own start-up figures."""
-    from sglang_overlay.core.server_status import server_status
+    from sglang_overlay.observe.server_status import server_status
 
     config = ServerConfig(overlay=True)
     config = tensor_parallel(config, tp_size) if tp_size > 1 else config

@@ -5,17 +5,20 @@ point ``sglang_overlay`` in ``sglang.srt.plugins``), or by an explicit :func:`ap
 SGLang without its launcher.
 """
 
-from sglang_overlay.core import startup_cost
+from sglang_overlay.observe import startup_cost
 
-with startup_cost.span("import"):  # the overlay's own start-up cost (``core.startup_cost``)
+with startup_cost.span("import"):  # the overlay's own start-up cost (``observe.startup_cost``)
     from sglang_overlay.version import __version__
 
 
-def apply(lock_path=None) -> dict:
-    """Verify and apply every enabled patch in this process; see sglang_overlay.core.hooking."""
-    from sglang_overlay.core.hooking import apply as _apply
+def apply(lock_path=None, role: str | None = None, announce: bool = True) -> dict:
+    """Verify and apply every enabled patch in this process, observed (``sglang_overlay.observe``: its record,
+    INFO line, metrics, status route); see ``sglang_overlay.core.hooking.apply``. Every entry point starts here."""
+    from sglang_overlay import observe
+    from sglang_overlay.core import hooking
 
-    return _apply(lock_path)
+    observe.attach()
+    return hooking.apply(lock_path, role=role, announce=announce)
 
 
 __all__ = ["__version__", "apply"]

@@ -12,12 +12,13 @@ INFO line comes from the function that called ``load_plugins()``. Cost: what ``c
 
 from __future__ import annotations
 
-from sglang_overlay.core import startup_cost
+from sglang_overlay.observe import startup_cost
 
 with startup_cost.span("import"):  # the core, as far as this process had not imported it
-    from sglang_overlay.core import processes
-    from sglang_overlay.core.hooking import apply
+    from sglang_overlay import apply
+    from sglang_overlay.core import hooking  # noqa: F401 (imported here, so counted as the overlay's import)
     from sglang_overlay.errors import OverlayError, OverlayStartupError
+    from sglang_overlay.observe import processes
 
 
 def load() -> None:

@@ -16,7 +16,8 @@ import importlib.abc
 import os
 import sys
 
-from sglang_overlay.core import settings, startup_cost
+from sglang_overlay.core import settings
+from sglang_overlay.observe import startup_cost
 
 # The rest of the overlay is imported at the first target import, never at interpreter start: a marked
 # child that imports no target (or that SGLang would not load the plugin in) pays one environment lookup.
@@ -56,12 +57,14 @@ class _TargetImportTrigger(importlib.abc.MetaPathFinder):
             return None
         self._fired = True
         with startup_cost.span("import"):
-            from sglang_overlay.core import hooking, processes
+            from sglang_overlay import apply
+            from sglang_overlay.core import hooking
             from sglang_overlay.errors import OverlayStartupError
+            from sglang_overlay.observe import processes
 
         processes.entered_by_hook(self._parent)
         try:  # the INFO line now only where the role is known; a process that calls load_plugins() says it then
-            hooking.apply(announce="sglang.srt.entrypoints.http_server" in sys.modules)
+            apply(announce=processes.HTTP_MODULE in sys.modules)
         except Exception as exc:  # strict: this process must not run unpatched
             raise OverlayStartupError(f"sglang-overlay refused to start (pid {os.getpid()}): {exc}") from exc
         finder = hooking.deferred_finder()

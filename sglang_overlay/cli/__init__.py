@@ -31,7 +31,7 @@ from sglang_overlay.cli.check import run_check, run_launch, run_needed
 from sglang_overlay.cli.maintain import run_lock, run_process_hook, run_rebase_check
 from sglang_overlay.cli.status import run_status
 from sglang_overlay.core import settings
-from sglang_overlay.core.http_status import KEY_ENV
+from sglang_overlay.observe.http_status import KEY_ENV
 from sglang_overlay.version import __version__
 
 

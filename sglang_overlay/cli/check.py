@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from sglang_overlay.cli.render import _table, console, err_console
-from sglang_overlay.core import framework, identity, installed, lockfile, process_hook, readiness, settings, verify
+from sglang_overlay.core import framework, installed, lockfile, process_hook, readiness, settings, verify
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.version import __version__
 
@@ -22,7 +22,8 @@ def _check_rows(plan, dependencies: bool = False) -> list[dict]:
     dependencies end with SGLang's plugin framework (``core.framework``), which the core itself relies on."""
     rows = []
     statuses = {**plan.statuses, framework.ID: plan.framework}
-    for patch in [*plan.patches, framework.FRAMEWORK] if dependencies else plan.patches:
+    process = {p.id: p.process for p in plan.patches}
+    for patch in framework.locked(plan.patches, plan.depends) if dependencies else plan.patches:
         enabled = patch.id not in plan.disabled
         found = {st.target.path: st for st in statuses.get(patch.id, []) if st.is_dependency == dependencies}
         for target in patch.depends if dependencies else patch.targets:
@@ -30,7 +31,7 @@ def _check_rows(plan, dependencies: bool = False) -> list[dict]:
             rows.append(
                 {
                     "patch": patch.id,
-                    "process": patch.process,
+                    "process": process.get(patch.id, "any"),  # the framework: every process
                     "target": target.path,
                     "hook": f"uses ({target.needed_by})" if dependencies else target.hook_type,
                     "fingerprint": str(st.status) if st else "not checked",
@@ -57,7 +58,7 @@ def _check_report(plan, argv: list[str] | None = None) -> dict:
     return {
         "ok": not problems,
         "sglang": installed.installed_sglang_version(),
-        "sglang_file": identity.describe(identity.sglang_identity()),
+        "sglang_file": installed.describe(installed.sglang_identity()),
         "pin": lockfile.read_pin().version,
         "supported_pins": list(lockfile.pin_dirs()),
         "python": installed.running_python(),

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from sglang_overlay.cli.render import _table, console, err_console
-from sglang_overlay.core import framework, installed, lockfile, process_hook, rebase, verify
+from sglang_overlay.core import dependencies, framework, installed, lockfile, process_hook, rebase, verify
 
 
 def run_process_hook(install: bool, as_json: bool) -> int:
@@ -35,7 +35,8 @@ def run_lock(wheel: list[str] | None, check_only: bool, include_extra: bool, as_
         return 1
     patches = [p for p in verify.declared_patches(version) if include_extra or not p.extra]
     try:
-        path, data, current = lockfile.regenerate(framework.with_framework(patches), wheel or ())
+        depends = {p.id: dependencies.find(p, version) for p in patches}  # what the hooks use, found afresh
+        path, data, current = lockfile.regenerate(framework.locked(patches, depends), wheel or ())
     except (lockfile.LockError, OSError, ValueError) as exc:
         err_console.print(f"sglang-overlay lock: {exc}")
         return 1
@@ -67,9 +68,12 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
         if not path.is_file():
             err_console.print(f"sglang-overlay rebase-check: no such wheel {path}")
             return 2
-        patches = framework.with_framework(verify.declared_patches(lockfile.read_pin().version))
+        lock = lockfile.read_lock()
+        patches = verify.declared_patches(lockfile.Pin(**lock["upstream"]).version)
+        owners = verify.locked_owners(lock, patches)
         try:
-            rows, deps = rebase.report(path, patches), rebase.report(path, patches, dependencies=True)
+            found = rebase.report(path, owners), rebase.report(path, owners, dependencies=True)
+            rows, deps = ([st.to_json() for st in part] for part in found)
         except rebase.RebaseError as exc:
             err_console.print(f"sglang-overlay rebase-check: {exc}")
             return 2
@@ -77,7 +81,7 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
     if as_json:
         print(json.dumps({"wheel": label, "targets": rows, "dependencies": deps}, indent=2))
     else:
-        colour = {"unchanged": "green", "changed": "yellow", "missing": "red"}
+        colour = {"match": "green", "drift": "yellow", "missing": "red", "unlocked": "red"}
         for title, found in (("targets", rows), ("dependencies (called or overridden, not hooked)", deps)):
             table = _table(
                 f"rebase-check: the patches' {title} against {label}", ("patch", "target", "status", "detail")
@@ -87,9 +91,5 @@ def run_rebase_check(version: str | None, wheel: str | None, as_json: bool) -> i
                 table.add_row(r["patch"], r["target"], f"[{colour[r['status']]}]{r['status']}[/]", detail)
             console.print(table)
         every = (*rows, *deps)
-        console.print(
-            f"{sum(r['status'] == 'unchanged' for r in every)} unchanged, "
-            f"{sum(r['status'] == 'changed' for r in every)} changed, "
-            f"{sum(r['status'] == 'missing' for r in every)} missing"
-        )
-    return 0 if all(r["status"] == "unchanged" for r in (*rows, *deps)) else 1
+        console.print(", ".join(f"{sum(r['status'] == word for r in every)} {word}" for word in colour))
+    return 0 if all(r["status"] == "match" for r in (*rows, *deps)) else 1

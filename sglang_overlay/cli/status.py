@@ -1,5 +1,5 @@
-"""``status --url``: per process of a running server, which patches are live (``core.server_status`` for a
-local server, its ``GET /overlay/status`` otherwise, ``core.http_status``).
+"""``status --url``: per process of a running server, which patches are live (``observe.server_status`` for a
+local server, its ``GET /overlay/status`` otherwise, ``observe.http_status``).
 
 Invariant: the same table and exit code either way (0 OK, 1 NOT OK, 2 cannot tell). Cost: one scan or one request.
 """
@@ -15,8 +15,8 @@ from sglang_overlay.core import lockfile, verify
 
 def run_status(url: str, as_json: bool, api_key: str | None = None, over_http: bool = False) -> int:
     """Per process of the server at ``url``: node, rank, role, pid, and which patches are live there; from this
-    host's records when the server is local, else from its ``GET /overlay/status`` (``core.http_status``)."""
-    from sglang_overlay.core import http_status, server_status
+    host's records when the server is local, else from its ``GET /overlay/status`` (``observe.http_status``)."""
+    from sglang_overlay.observe import http_status, server_status
 
     try:
         if over_http or not server_status.is_local_host(url):

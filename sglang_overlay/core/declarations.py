@@ -135,7 +135,6 @@ class Release:
     upstream: str
     targets: tuple[Target, ...]
     folder: str = ""
-    depends: tuple[Dependency, ...] = ()  # what this folder's hooks call or override without hooking it
     probe: str | None = None  # "module:function" -> Finding: this design's upstream bug, on the installed release
 
     def __post_init__(self) -> None:
@@ -198,12 +197,15 @@ class Patch:
     position: int = 0  # place in the series, >= 1; 0 only for extras
     knobs: tuple[Knob, ...] = ()
     releases: tuple[Release, ...] = ()
-    depends: tuple[Dependency, ...] = ()  # what the patch's own (every-release) hooks call without hooking it
     extra: bool = field(default=False, compare=False)  # declared outside the shipped series
     probe: str | None = None  # "module:function" -> Finding (a release folder's own probe takes precedence)
+    status_view: str | None = None  # "module:function": what ``status`` shows of the patch's own records
+    declared_in: str = field(default="", compare=False)  # the module holding ``PATCH`` (filled by discovery)
 
     def __post_init__(self) -> None:
         _probe_spec(self.probe, f"patch {self.id}")
+        if self.status_view is not None and ":" not in self.status_view:
+            raise RegistryError(f"patch {self.id}: status_view {self.status_view!r} must be 'module:function'")
         if not _ID.match(self.id):
             raise RegistryError(f"patch id {self.id!r} must be lower-case words joined by '-'")
         if not isinstance(self.position, int) or isinstance(self.position, bool) or self.position < 0:
@@ -239,8 +241,9 @@ class Patch:
 
     @property
     def package(self) -> str:
-        """The folder (package) that owns this patch: ``sglang_overlay.patches.<id_with_underscores>``."""
-        return f"{PATCHES_PACKAGE}.{package_name(self.id)}"
+        """The folder (package) that owns this patch: ``sglang_overlay.patches.<id_with_underscores>``; an extra
+        patch's own declaration module (``SGLANG_OVERLAY_EXTRA_PATCHES``)."""
+        return self.declared_in if self.extra and self.declared_in else f"{PATCHES_PACKAGE}.{package_name(self.id)}"
 
     def release_for(self, version: str) -> Release | None:
         """The release folder that serves upstream ``version`` (None: only the patch's own targets apply)."""
@@ -253,9 +256,8 @@ class Patch:
         targets = (*self.targets, *(release.targets if release else ()))
         if not targets:
             return None
-        depends = tuple(dict.fromkeys((*self.depends, *(release.depends if release else ()))))
         probe = (release.probe if release else None) or self.probe
-        return replace(self, targets=targets, releases=(), depends=depends, probe=probe)
+        return replace(self, targets=targets, releases=(), probe=probe)
 
 
 def overlap(a: SpecifierSet, b: SpecifierSet) -> str | None:

@@ -13,10 +13,11 @@ The job, in order (``apply``, once per process, under one lock):
    process never imports a patch-target module it would not import anyway.
 3. After hooking, the attribute must be a wrapper chain holding the overlay's hook
    and reaching the original object (``HookRegistry`` only logs a failure).
-4. Once ``prometheus_client`` is imported (SGLang's metrics set up), the info series (``core.info``); once
-   upstream's HTTP module has defined its ``app`` (at the first import after, where this apply runs inside
-   that module's own import, as in a tokenizer worker), ``GET /overlay/status`` from the app's start
-   (``core.http_status``).
+4. Observers (:class:`Observer`, ``sglang_overlay.observe``: records, the INFO line, ``/metrics``,
+   ``/overlay/status``, the start-up cost) are told what happened and may ask to run once a module has
+   executed (or, where this apply runs inside that module's own import, as in a tokenizer worker, at the first
+   import after it defines a name). They are told after the decision, never asked: what one raises is one
+   warning, and a process with none attached hooks exactly the same.
 
 Invariants: a patch is applied whole or not at all; the finder leaves
 ``sys.meta_path`` once nothing is pending; ``_revert`` restores the stored object
@@ -35,19 +36,12 @@ import logging
 import sys
 import threading
 import time
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from sglang_overlay.core import (
-    http_status,
-    import_watch,
-    info,
-    lockfile,
-    processes,
-    propagation,
-    settings,
-    startup_cost,
-)
+from sglang_overlay.core import import_watch, lockfile, process_hook, propagation, settings
 from sglang_overlay.core.introspection import chain_holds, raw_attribute, resolve_owner, unwrap_descriptor
 from sglang_overlay.core.readiness import ready
 from sglang_overlay.core.registry import Patch, Target
@@ -79,6 +73,55 @@ _STATE = _State()
 _LOCK = threading.RLock()
 
 
+# --------------------------------------------------------------------------- observers
+
+
+class Observer(Protocol):
+    """What watches hooking from outside the core (``sglang_overlay.observe``). ``span(step)`` measures a step;
+    ``changed(status)``: hooks were taken; ``started(status, role, announce)``: ``apply`` returned (``announce``:
+    the role is known, say so once); ``watches(role)``: ``(module, name or None, callback)`` to run once
+    ``module`` has executed (and defines ``name``)."""
+
+    def span(self, step: str) -> AbstractContextManager: ...
+    def changed(self, status: dict) -> None: ...
+    def started(self, status: dict, role: str | None, announce: bool) -> None: ...
+    def watches(self, role: str | None) -> list[tuple[str, str | None, Callable[[], None]]]: ...
+
+
+_OBSERVERS: list[Observer] = []
+
+
+def observe(observer: Observer) -> None:
+    """Tell ``observer`` what hooking does in this process from now on (once per observer)."""
+    if observer not in _OBSERVERS:
+        _OBSERVERS.append(observer)
+
+
+def _tell(event: str, *args) -> None:
+    for observer in _OBSERVERS:
+        _quietly(event, getattr(observer, event), *args)
+
+
+def _quietly(what: str, call: Callable, *args):
+    """``call(*args)``; an observer's failure is one warning (and None), never a refused or stopped process."""
+    try:
+        return call(*args)
+    except Exception as exc:
+        logger.warning("sglang-overlay: observer failed (%s): %r", what, exc)
+        return None
+
+
+@contextmanager
+def _span(step: str):
+    with ExitStack() as stack:
+        for observer in _OBSERVERS:
+            try:
+                stack.enter_context(observer.span(step))
+            except Exception as exc:
+                logger.warning("sglang-overlay: observer failed (span %s): %r", step, exc)
+        yield
+
+
 def status() -> dict:
     """What this process has applied, is waiting to apply, and skipped."""
     with _LOCK:
@@ -89,7 +132,6 @@ def status() -> dict:
             "pending_patches": sorted({p.id for items in _STATE.pending.values() for p, _ in items}),
             "skipped": dict(_STATE.skipped),
             "apply_s": _STATE.apply_s,
-            "startup": startup_cost.snapshot(),
         }
 
 
@@ -167,7 +209,7 @@ def _fail(patch_id: str, message: str) -> None:
 def _apply_module(module: str, before: frozenset[str] | None = None) -> None:
     """Hook every pending target of ``module`` (now executed); ``before``: ``sys.modules``'s names as its execution
     began, where it has just executed (None: it was imported before ``apply()``)."""
-    with _LOCK, startup_cost.span("hooks"):  # a target's module just imported: its hooks
+    with _LOCK, _span("hooks"):  # a target's module just imported: its hooks
         items = _STATE.pending.pop(module, [])
         for patch, target in items:
             if patch.id in _STATE.skipped:
@@ -185,7 +227,7 @@ def _apply_module(module: str, before: frozenset[str] | None = None) -> None:
             callback()
         _drop_finder_if_idle()
         if items:
-            processes.write_record(status())
+            _tell("changed", status())
 
 
 def _watched(module: str) -> bool:
@@ -205,37 +247,26 @@ def apply(lock_path=None, role: str | None = None, announce: bool = True) -> dic
 
     Targets in modules not yet imported are hooked when their module is first
     imported. Raises ``OverlayError`` in strict mode when anything does not verify.
-    ``role`` names the process in its one INFO line (``core.processes``); ``announce=False``
-    leaves that line to a later call that knows the role (a record is written either way).
+    ``role`` and ``announce`` are for observers (``observe.processes``: the one INFO line where ``announce``,
+    the record either way).
     """
     with _LOCK:
         if not _STATE.started:
             started = time.perf_counter()
             try:
-                with startup_cost.span("apply"):  # the lock, verification, the hooks of imported targets
+                with _span("apply"):  # the lock, verification, the hooks of imported targets
                     _apply_unlocked(lock_path, role)
             finally:
                 _STATE.apply_s = time.perf_counter() - started
         current = status()
         if _STATE.started:
-            if announce:
-                processes.announce(current, role)
-            else:
-                processes.write_record(current)
+            _tell("started", current, role, announce)
         return current
 
 
 def deferred_finder():
     """The finder that hooks pending targets as their modules import (None when nothing is pending)."""
     return _STATE.finder
-
-
-def _publish_info(role: str | None) -> None:
-    """``sglang_overlay_info`` on ``/metrics`` (``core.info``); a failure is a warning, never a stopped server."""
-    try:
-        info.publish(role or processes.process_role(), tuple(_STATE.skipped))
-    except Exception as exc:
-        logger.warning("sglang-overlay: %s not published on /metrics: %r", info.METRIC, exc)
 
 
 def _after_import(module: str, callback, name: str | None = None) -> None:
@@ -261,11 +292,6 @@ def _run_defined() -> None:
         _drop_finder_if_idle()  # the finder leaves once nothing waits, as after a pending module's hooks
 
 
-def _serve_status() -> None:
-    """``GET /overlay/status`` on upstream's app once it starts (``core.http_status``)."""
-    http_status.attach(sys.modules[http_status.HTTP_MODULE].app)
-
-
 def _apply_unlocked(lock_path, role: str | None = None) -> None:
     """apply() under _LOCK, once per process."""
     plan = make_plan(lockfile.read_lock(lock_path) if lock_path else None)
@@ -277,7 +303,7 @@ def _apply_unlocked(lock_path, role: str | None = None) -> None:
         if problem.patch is None:
             logger.warning("sglang-overlay (%s=0): %s", settings.STRICT, problem)
     _STATE.started = True
-    processes.mark_children()
+    process_hook.mark_children()
     skipped = {p.patch: p for p in problems if p.patch is not None}
     for patch in plan.enabled:
         if patch.id in skipped:
@@ -285,8 +311,9 @@ def _apply_unlocked(lock_path, role: str | None = None) -> None:
             continue
         for target in patch.targets:
             _STATE.pending.setdefault(target.module, []).append((patch, target))
-    _after_import("prometheus_client", lambda: _publish_info(role))  # SGLang's metrics: the info series
-    _after_import(http_status.HTTP_MODULE, _serve_status, "app")  # GET /overlay/status on upstream's app
+    for observer in _OBSERVERS:
+        for module, name, callback in _quietly("watches", observer.watches, role) or ():
+            _after_import(module, lambda c=callback, m=module: _quietly(f"after {m}", c), name)
     now = [m for m in _STATE.pending if m in sys.modules]
     if len(now) < len(_STATE.pending) or _STATE.after_import or _STATE.defined:
         _STATE.finder = import_watch.AfterExecFinder(_watched, _apply_module, _on_import)

@@ -88,7 +88,8 @@ def pin_dir(version: str) -> Path:
 
 
 def default_lock_path() -> Path:
-    """The lock of the pin the installed sglang matches, else the default pin's."""
+    """The lock of the pin the installed sglang matches, else the default pin's (whose version then refuses the
+    installed one, naming every pin: ``core.installed.version_problem``)."""
     version = installed.installed_sglang_version()
     if version is not None and (pin_dir(version) / LOCK_NAME).is_file():
         return pin_dir(version) / LOCK_NAME
@@ -132,7 +133,8 @@ def sha256_file(path: Path) -> str:
 
 
 def build_lock(patches, pin: Pin, fingerprint, file_digest) -> dict:
-    """A lock for ``patches``: per-target and per-dependency fingerprints from ``fingerprint(module,
+    """A lock for ``patches`` (``core.framework.Owner`` s: the patches, with the dependencies ``core.dependencies``
+    found, and the framework): per-target and per-dependency fingerprints from ``fingerprint(module,
     qualname)`` and, per module, a seal of the whole file's ``file_digest(module)`` and those fingerprints
     (start-up skips parsing a module whose file is unchanged)."""
     dependencies = {}

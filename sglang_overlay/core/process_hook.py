@@ -14,8 +14,11 @@ per interpreter start; reading the argv here is a scan of the command line.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+from sglang_overlay.core import settings
 
 PTH_NAME = "sglang_overlay_process_start.pth"
 PTH_LINE = (
@@ -27,6 +30,11 @@ PTH_LINE = (
 # the HTTP app, so a patch of the HTTP process (role "http" or "any") would run unpatched there.
 NO_PLUGIN_PROCESSES = ("http", "any")
 LAUNCHER_ROLES = ("http", "engine", "main")  # the processes that start tokenizer workers
+
+
+def mark_children() -> None:
+    """This process applied the overlay: its descendants apply it too (the ``.pth`` line reacts to the mark)."""
+    os.environ[settings.PROCESS_START] = str(os.getpid())
 
 
 def site_dirs() -> list[Path]:

@@ -28,7 +28,6 @@ from contextlib import contextmanager
 UPSTREAM = "sglang.srt.plugins.hook_registry"
 WALK = "_propagate_patch"  # upstream's walk over sys.modules (hook_registry.py), replaced for one call at most
 PARAMETERS = ("original", "wrapped", "source_module")  # the call the replacement answers
-visited: list[int] = []  # modules each restricted walk visited (tests count them)
 
 
 def new_modules(before: frozenset[str]) -> list[types.ModuleType]:
@@ -40,11 +39,10 @@ def _walk(modules: Iterable[types.ModuleType]):
     """Upstream's walk (same contract, same count), over ``modules`` instead of ``sys.modules``."""
 
     def walk(original: object, wrapped: object, source_module: object) -> int:
-        patched = seen = 0
+        patched = 0
         for mod in modules:
             if mod is source_module:
                 continue
-            seen += 1
             for attr_name, attr_value in list(vars(mod).items()):
                 if attr_value is original:
                     try:
@@ -52,7 +50,6 @@ def _walk(modules: Iterable[types.ModuleType]):
                         patched += 1
                     except (AttributeError, TypeError):
                         pass
-        visited.append(seen)
         return patched
 
     return walk

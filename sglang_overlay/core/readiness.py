@@ -2,7 +2,7 @@
 ``launch`` all ask :func:`ready` and differ only in how they react to its :class:`Problem` s (strict refuses;
 non-strict skips a patch that does not verify, warns on the rest, refuses a fatal one), so ``launch`` refuses
 exactly what start-up would, plus what only a launcher can see (the plugin not discoverable, sglang not
-importing, an unfinished set-up). The rule is the list :data:`RULES`, in order; a new rule joins it there.
+importing). The rule is the list :data:`RULES`, in order; a new rule joins it there.
 
 Invariants: nothing here hooks or imports a patch's implementation; nothing imports sglang except the
 ``environment`` rules (``check``, ``launch``). Cost: what :func:`verify.make_plan` costs, plus a few
@@ -11,13 +11,11 @@ metadata lookups; the ``environment`` rules cost what ``import sglang`` costs (s
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from pathlib import Path
 
-from sglang_overlay.core import identity, installed, process_hook, settings
+from sglang_overlay.core import installed, process_hook, settings
 from sglang_overlay.core.verify import Plan
 
 
@@ -70,11 +68,6 @@ def plugin_discovery() -> tuple[bool, str]:
     return True, f"{eps[0].value} (dist {eps[0].dist.name if eps[0].dist else '?'})"
 
 
-def setup_incomplete() -> bool:
-    """``scripts/apply_patches.sh`` marks an environment whose set-up has not finished."""
-    return Path(sys.prefix, ".sglang-overlay-incomplete").exists()
-
-
 class Problem(str):
     """One reason this launch would not run patched: its message (a ``str``: what every report prints) and
     what it concerns, the one thing the reactions differ on. ``patch``: that patch's own refusal (non-strict
@@ -103,7 +96,7 @@ class Rule:
 def _sglang(plan: Plan, role, argv) -> list[Problem]:
     return [
         Problem(f"sglang-overlay cannot vouch for this sglang: {m}", fatal=True)
-        for m in (identity.identity_problem(),)
+        for m in (installed.identity_problem(),)
         if m
     ]
 
@@ -139,12 +132,6 @@ def _imports(plan: Plan, role, argv) -> list[Problem]:
     return [Problem(m) for m in (installed.import_problem(),) if m]
 
 
-def _setup(plan: Plan, role, argv) -> list[Problem]:
-    if not setup_incomplete():
-        return []
-    return [Problem(f"{sys.prefix}: environment set-up did not finish; rerun scripts/apply_patches.sh")]
-
-
 RULES: list[Rule] = [
     Rule("the imported sglang is the installed one", _sglang),
     Rule("version pin", _version),
@@ -153,7 +140,6 @@ RULES: list[Rule] = [
     Rule("process-start hook", _process_hook),
     Rule("plugin discoverable", _discovery, environment=True),
     Rule("sglang imports", _imports, environment=True),
-    Rule("set-up finished", _setup, environment=True),
 ]
 
 
@@ -163,7 +149,7 @@ def ready(
     """Everything that keeps this launch from running patched, one :class:`Problem` each (empty: ready).
 
     Start-up (the plugin, ``environment=False``) asks the rules a running process can see: the imported sglang
-    is the installed one (``core.identity``), the version pin,
+    is the installed one (``core.installed``), the version pin,
     each enabled patch's fingerprints, the process-start hook. ``check`` and ``launch`` (``environment=True``)
     add the rest. A fatal problem ends the list: nothing after it could be told."""
     problems: list[Problem] = []

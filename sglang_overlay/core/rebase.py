@@ -1,8 +1,9 @@
 """Rebase check: would the locked targets survive another upstream wheel? Read from the wheel, never installed.
 
-Per patch and target (and per dependency: what the hooks call without hooking it) of the current pin: ``unchanged`` (the target's fingerprint in the other wheel equals
-the lock's), ``changed`` or ``missing``. Only ``sglang-overlay rebase-check --to`` touches the network (a
-``pip download --no-deps``).
+Per patch and target (and per dependency: what the hooks call without hooking it) of the current pin, in the words
+start-up and ``check`` use (``core.verify.judge``): ``match`` (the definition's fingerprint in the other wheel
+equals the lock's), ``drift``, ``missing`` or ``unlocked``. Only ``sglang-overlay rebase-check --to`` touches the
+network (a ``pip download --no-deps``).
 
 Invariants: read-only; nothing of the other wheel is imported. Cost: one zip read and one parse per module.
 """
@@ -15,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 from sglang_overlay.core import fingerprint, lockfile
+from sglang_overlay.core.verify import TargetStatus, judge, locked_fingerprint
 
 
 class RebaseError(RuntimeError):
@@ -42,32 +44,25 @@ def download_wheel(version: str, dest: str) -> Path:
     return wheels[0]
 
 
-def report(wheel: Path, patches, dependencies: bool = False) -> list[dict]:
-    """Per patch and target (with ``dependencies``: per dependency) of ``patches``: unchanged / changed /
-    missing in ``wheel``."""
+def report(wheel: Path, owners, dependencies: bool = False) -> list[TargetStatus]:
+    """Per owner (``core.framework.locked``: the patches and the framework) and target, or with ``dependencies``
+    per dependency: how it verifies in ``wheel`` against the current lock."""
     lock = lockfile.read_lock()
-    section = lock.get("dependencies", {}) if dependencies else lock["targets"]
-    rows = []
     try:
         zf = zipfile.ZipFile(wheel)
     except (zipfile.BadZipFile, OSError) as exc:
         raise RebaseError(f"{wheel} is not a wheel: {exc}") from exc
+    found = []
     with zf:
         names = set(zf.namelist())
-        for patch in patches:
-            for target in patch.depends if dependencies else patch.targets:
-                member = fingerprint.module_file_in_wheel(target.module, names)
-                locked = section.get(target.path, {}).get("fingerprint")
-                row = {"patch": patch.id, "target": target.path, "locked": locked, "found": None}
-                if dependencies:
-                    row["needed_by"] = target.needed_by
-                if member not in names:
-                    row.update(status="missing", detail=f"no {member} in the wheel")
-                else:
-                    try:
-                        row["found"] = fingerprint.fingerprint_source(zf.read(member).decode("utf-8"), target.qualname)
-                        row.update(status="unchanged" if row["found"] == locked else "changed", detail="")
-                    except fingerprint.TargetNotFound as exc:
-                        row.update(status="missing", detail=str(exc))
-                rows.append(row)
-    return rows
+        for owner in owners:
+            for definition in owner.depends if dependencies else owner.targets:
+                member = fingerprint.module_file_in_wheel(definition.module, names)
+
+                def find(member=member, definition=definition) -> str:
+                    if member not in names:
+                        raise fingerprint.TargetNotFound(f"no {member} in the wheel")
+                    return fingerprint.fingerprint_source(zf.read(member).decode("utf-8"), definition.qualname)
+
+                found.append(judge(owner.id, definition, locked_fingerprint(definition, lock), find))
+    return found

@@ -20,7 +20,9 @@ The same range selects the folder's tests (``tests/patches/<id_with_underscores>
   registry imports neither torch nor upstream. A release folder's hooks live in that folder; the
   patch's own targets' hooks live outside every release folder.
 - :func:`discover_patches` takes the upstream version (and, for tests, the package to scan): it reads
-  no lock and no environment.
+  no lock and no environment. :func:`declared_patches` adds what this process names
+  (``SGLANG_OVERLAY_EXTRA_PATCHES``), and :func:`declared_overlay` is the overlay this process runs (the lock
+  and the environment read): what ranks compare and ``/metrics`` shows.
 
 The declaration classes live in ``core.declarations`` (each validates itself) and are re-exported here.
 
@@ -31,10 +33,12 @@ hooked twice in one release, nor by two patches. Cost: one import of each declar
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import pkgutil
 from dataclasses import replace
 
+from sglang_overlay.core import installed, lockfile, settings
 from sglang_overlay.core.declarations import (
     CANNOT_TELL,
     FIXED_UPSTREAM,
@@ -51,6 +55,7 @@ from sglang_overlay.core.declarations import (
     package_name,
 )
 from sglang_overlay.errors import RegistryError
+from sglang_overlay.version import __version__
 
 __all__ = [
     "ANY_UPSTREAM",
@@ -71,7 +76,7 @@ __all__ = [
 ]
 
 
-def _releases_of(package) -> tuple[Release, ...]:
+def releases_of(package) -> tuple[Release, ...]:
     """The release folders of a patch package: each sub-package declaring ``RELEASE = Release(...)``."""
     found = []
     for info in sorted(pkgutil.iter_modules(getattr(package, "__path__", [])), key=lambda m: m.name):
@@ -104,7 +109,7 @@ def _load_declaration(module_name: str, extra: bool) -> Patch:
         raise RegistryError(f"{module_name} declares patch {patch.id!r}: its folder must be {package_name(patch.id)}")
     if not extra and patch.position < 1:
         raise RegistryError(f"patch {patch.id}: a patch of the series declares its position (>= 1)")
-    releases = _releases_of(module)
+    releases = releases_of(module)
     folders = {f"{module.__name__}.{r.folder}." for r in releases}
     for target in patch.targets:
         if any(target.hook_module.startswith(f) for f in folders):
@@ -114,7 +119,7 @@ def _load_declaration(module_name: str, extra: bool) -> Patch:
             )
     if not releases and not patch.targets:
         raise RegistryError(f"patch {patch.id}: declares no targets and has no release folder")
-    return replace(patch, releases=releases, extra=extra)
+    return replace(patch, releases=releases, extra=extra, declared_in=module_name)
 
 
 ANY_UPSTREAM = "*"  # discover_patches(ANY_UPSTREAM): every patch with all its release folders
@@ -155,3 +160,26 @@ def _check_unique(series: list[Patch], found: list[Patch]) -> None:
             if path in owner:
                 raise RegistryError(f"target {path} is hooked by two patches: {owner[path]} and {patch.id}")
             owner[path] = patch.id
+
+
+def declared_patches(version: str) -> list[Patch]:
+    """The series for upstream ``version`` plus the extra declaration modules this process names
+    (``SGLANG_OVERLAY_EXTRA_PATCHES``): what start-up applies and ``check`` reports."""
+    return discover_patches(version, extra=tuple(settings.extra_patch_modules()))
+
+
+def declared_overlay(skipped: tuple[str, ...] = ()) -> dict:
+    """The overlay this process runs, as ranks compare it and ``/metrics`` shows it: overlay version, installed
+    sglang, pin, lock digest, enabled patches (less those ``skipped`` here, non-strict), strictness."""
+    path = lockfile.lock_path()
+    pin = lockfile.read_pin(path)
+    disabled = set(settings.disabled_patch_ids()) | set(skipped)
+    patches = declared_patches(pin.version)
+    return {
+        "overlay": __version__,
+        "sglang": installed.installed_sglang_version(),
+        "pin": pin.version,
+        "lock": "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16],
+        "patches": sorted(p.id for p in patches if p.id not in disabled),
+        "strict": settings.strict(),
+    }

@@ -1,8 +1,10 @@
 """Verification: does every enabled patch fit the installed upstream, and is this launch ready? Never applied.
 
 ``make_plan()`` is the side-effect-free answer per target (:class:`Status`: ``MATCH`` when the installed
-definition's fingerprint equals the lock's; ``DRIFT``; ``MISSING``; ``UNLOCKED``). :func:`readiness.ready` is the ONE
-rule for "this launch would run patched" lives above it, in ``core.readiness``, and reads this plan.
+definition's fingerprint equals the lock's; ``DRIFT``; ``MISSING``; ``UNLOCKED``). :func:`judge` is the one
+comparison of a definition with its lock, whatever the source is read from: the installed upstream here,
+another wheel in ``core.rebase``. The ONE rule for "this launch would run patched", ``ready()``, lives above it,
+in ``core.readiness``, and reads this plan.
 
 Invariants: only ``MATCH`` is OK; a patch is applied whole or not at all; nothing here hooks, imports a
 patch's implementation or imports sglang. Cost: a module file whose bytes the lock's seal vouches for is not parsed (one
@@ -12,15 +14,12 @@ sha256 of the file); any other is parsed once per target.
 from __future__ import annotations
 
 import enum
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from packaging.version import InvalidVersion, Version
-
 from sglang_overlay.core import fingerprint, framework, installed, lockfile, settings
-from sglang_overlay.core.registry import Dependency, Patch, Target, discover_patches
+from sglang_overlay.core.registry import Dependency, Patch, Target, declared_patches  # noqa: F401 (re-exported)
 from sglang_overlay.errors import OverlayError
-from sglang_overlay.version import __version__
 
 HOW_TO_PROCEED = (
     "Re-check the patch against this upstream (sglang-overlay rebase-check), then regenerate "
@@ -64,6 +63,11 @@ class TargetStatus:
     def is_dependency(self) -> bool:
         return isinstance(self.target, Dependency)
 
+    def to_json(self) -> dict:
+        row = {"patch": self.patch, "target": self.target.path, "status": str(self.status),
+               "expected": self.expected, "found": self.found, "detail": self.detail}  # fmt: skip
+        return {**row, "needed_by": self.target.needed_by} if self.is_dependency else row
+
     def describe(self) -> str:
         if self.is_dependency:
             head = (
@@ -90,43 +94,47 @@ def _seal_vouches(target: Target | Dependency, lock: dict) -> bool:
     )
 
 
-def target_status(patch: Patch, target: Target | Dependency, lock: dict) -> TargetStatus:
-    entry = lock.get("dependencies" if isinstance(target, Dependency) else "targets", {}).get(target.path)
-    expected = entry["fingerprint"] if entry else None
-    if expected and _seal_vouches(target, lock):  # match by construction: no parse
-        return TargetStatus(patch.id, target, Status.MATCH, expected, expected)
+def judge(owner: str, definition: Target | Dependency, expected: str | None, find: Callable[[], str]) -> TargetStatus:
+    """One locked definition against the source ``find()`` fingerprints (the installed upstream, or another wheel's):
+    the one comparison start-up, ``check``, ``launch`` and ``rebase-check`` make, in one vocabulary (:class:`Status`).
+    ``find`` raises ``TargetNotFound`` where the definition is not there."""
     try:
-        found = fingerprint.fingerprint_installed(target.module, target.qualname)
+        found = find()
     except fingerprint.TargetNotFound as exc:
-        return TargetStatus(patch.id, target, Status.MISSING, expected, None, str(exc))
+        return TargetStatus(owner, definition, Status.MISSING, expected, None, str(exc))
     if expected is None:
-        return TargetStatus(patch.id, target, Status.UNLOCKED, None, found)
-    return TargetStatus(patch.id, target, Status.MATCH if found == expected else Status.DRIFT, expected, found)
+        return TargetStatus(owner, definition, Status.UNLOCKED, None, found)
+    return TargetStatus(owner, definition, Status.MATCH if found == expected else Status.DRIFT, expected, found)
 
 
-def _supported() -> str:
-    return ", ".join(f"sglang=={v}" for v in lockfile.pin_dirs())
+def locked_fingerprint(definition: Target | Dependency, lock: dict) -> str | None:
+    """What ``lock`` holds for ``definition`` (a target, or a dependency), None where it holds nothing."""
+    entry = lock.get("dependencies" if isinstance(definition, Dependency) else "targets", {}).get(definition.path)
+    return entry["fingerprint"] if entry else None
 
 
-def version_problem(pin: lockfile.Pin) -> str | None:
-    """None when the installed sglang is the pinned one (or the user opted out)."""
-    found = installed.installed_sglang_version()
-    if found is None:
-        return (
-            f"sglang-overlay {__version__} found no sglang installed in this environment "
-            f"({sys.prefix}); supported pins: {_supported()}. Install one first (pip install sglang==VERSION)."
-        )
-    try:
-        same = Version(found) == Version(pin.version)
-    except InvalidVersion:
-        same = False
-    if same or settings.allow_unpinned():
-        return None
-    return (
-        f"sglang-overlay {__version__} does not support the installed sglang {found}: its lock pins "
-        f"sglang=={pin.version} (supported pins: {_supported()}). Install a supported sglang (pip install sglang==VERSION), "
-        f"or set {settings.ALLOW_UNPINNED}=1 to run on another version (per-target fingerprints are still enforced)."
+def locked_dependencies(lock: dict, owner: str) -> tuple[Dependency, ...]:
+    """What ``lock`` holds as ``owner``'s dependencies (``sglang-overlay lock`` found them: ``core.dependencies``)."""
+    entries = sorted(lock.get("dependencies", {}).items())
+    return tuple(
+        Dependency(e["module"], e["qualname"], e.get("needed_by", ""))
+        for _, e in entries
+        if owner in e["patch"].split(",")
     )
+
+
+def locked_owners(lock: dict, patches: list[Patch]) -> list[framework.Owner]:
+    """Every owner ``lock`` holds for ``patches`` (their locked dependencies), then the framework: what
+    ``rebase-check`` compares with another wheel."""
+    return framework.locked(patches, {p.id: locked_dependencies(lock, p.id) for p in patches})
+
+
+def target_status(owner: str, target: Target | Dependency, lock: dict) -> TargetStatus:
+    """``target`` of ``owner`` (a patch id, or the framework's) in the installed upstream, against ``lock``."""
+    expected = locked_fingerprint(target, lock)
+    if expected and _seal_vouches(target, lock):  # match by construction: no parse
+        return TargetStatus(owner, target, Status.MATCH, expected, expected)
+    return judge(owner, target, expected, lambda: fingerprint.fingerprint_installed(target.module, target.qualname))
 
 
 @dataclass
@@ -138,6 +146,7 @@ class Plan:
     disabled: list[str]
     version_problem: str | None
     framework: list[TargetStatus] = field(default_factory=list)  # SGLang's plugin framework (core.framework)
+    depends: dict[str, tuple[Dependency, ...]] = field(default_factory=dict)  # patch id -> the lock's dependencies
 
     def problems(self, patch: Patch) -> list[TargetStatus]:
         return [s for s in self.statuses.get(patch.id, []) if not s.ok]
@@ -154,12 +163,6 @@ class Plan:
         return [p for p in self.patches if p.id not in self.disabled]
 
 
-def declared_patches(version: str) -> list[Patch]:
-    """The series for upstream ``version`` plus the extra declaration modules this process names
-    (``SGLANG_OVERLAY_EXTRA_PATCHES``): what start-up applies and ``check`` reports."""
-    return discover_patches(version, extra=tuple(settings.extra_patch_modules()))
-
-
 def make_plan(lock: dict | None = None) -> Plan:
     lock = lock if lock is not None else lockfile.read_lock()
     pin = lockfile.Pin(**lock["upstream"])
@@ -173,11 +176,14 @@ def make_plan(lock: dict | None = None) -> Plan:
         if patch.id not in disabled:
             for knob in patch.knobs:
                 knob.read()  # a malformed value refuses start-up here, before anything is hooked
-    problem = version_problem(pin)
+    depends = {p.id: locked_dependencies(lock, p.id) for p in patches}
+    problem = installed.version_problem(pin.version, list(lockfile.pin_dirs()))
     if problem is not None:  # another release's sources: their fingerprints would say nothing (nor parse, maybe)
-        return Plan(patches, {}, disabled, problem)
+        return Plan(patches, {}, disabled, problem, depends=depends)
     statuses = {
-        p.id: [target_status(p, t, lock) for t in (*p.targets, *p.depends)] for p in patches if p.id not in disabled
+        p.id: [target_status(p.id, t, lock) for t in (*p.targets, *depends[p.id])]
+        for p in patches
+        if p.id not in disabled
     }
-    framework_statuses = [target_status(framework.FRAMEWORK, d, lock) for d in framework.FRAMEWORK.depends]
-    return Plan(patches, statuses, disabled, None, framework_statuses)
+    framework_statuses = [target_status(framework.ID, d, lock) for d in framework.DEPENDS]
+    return Plan(patches, statuses, disabled, None, framework_statuses, depends)

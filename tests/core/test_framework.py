@@ -13,7 +13,7 @@ from sglang_overlay.core import framework, lockfile, readiness, verify
 from tests.support.env import REPO
 
 FRAMEWORK_MODULES = {"sglang.srt.plugins", "sglang.srt.plugins.hook_registry"}
-LOCKED = {d.path for d in framework.FRAMEWORK.depends}
+LOCKED = {d.path for d in framework.DEPENDS}
 
 
 def _names_the_core_takes_from_the_framework() -> set[str]:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from sglang_overlay.core import fingerprint, lockfile
+from sglang_overlay.core.framework import Owner
 from sglang_overlay.core.registry import Patch, Target
 from sglang_overlay.core.verify import target_status
 
@@ -48,12 +49,14 @@ PIN = lockfile.Pin("sglang", "0", "t", "tv", {"3.11": {"file": "w", "sha256": "s
 
 
 def lock_now():
-    return lockfile.build_lock([PATCH], PIN, fingerprint.fingerprint_installed, fingerprint.installed_file_digest)
+    return lockfile.build_lock(
+        [Owner(PATCH.id, PATCH.targets)], PIN, fingerprint.fingerprint_installed, fingerprint.installed_file_digest
+    )
 
 
 def statuses(lock):
     fingerprint.installed_file_digest.cache_clear()
-    return [target_status(PATCH, t, lock).status for t in PATCH.targets]
+    return [target_status(PATCH.id, t, lock).status for t in PATCH.targets]
 
 
 def test_unchanged_file_matches_without_parsing(upstream_module, monkeypatch):
@@ -88,7 +91,7 @@ def test_a_removed_target_is_missing(upstream_module):
     lock = lock_now()
     upstream_module.write_text(SOURCE.replace("def helper(x):\n    return x + 1\n", ""))
     fingerprint.installed_file_digest.cache_clear()
-    result = [target_status(PATCH, t, lock) for t in PATCH.targets]
+    result = [target_status(PATCH.id, t, lock) for t in PATCH.targets]
     assert [r.status for r in result] == ["match", "missing"]
     assert "no definition of 'helper'" in result[1].detail
 

@@ -29,6 +29,9 @@ def lock_with(lock_path, tmp_path, mutate) -> str:
 
 LOAD_AND_REPORT = """
 import json, sys
+from sglang_overlay.core import propagation
+walks, walk = [], propagation._walk  # count what each restricted walk is given (the product keeps no count)
+propagation._walk = lambda modules: (walks.append(len(modules := list(modules))), walk(modules))[1]
 from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang_overlay.core.hooking import status
@@ -37,10 +40,9 @@ lazy = {m: m in sys.modules for m in ("sglang.srt.mem_cache.radix_cache", "sglan
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from tests.support import demo_patch
 result = RadixKey([1, 2, 3, 4, 5]).page_aligned(2)
-from sglang_overlay.core import propagation
 print("REPORT" + json.dumps({"before": before, "after": status(), "lazy": lazy,
                              "calls": demo_patch.CALLS["page_aligned"], "len": len(result),
-                             "walks": propagation.visited, "modules": len(sys.modules)}))
+                             "walks": walks, "modules": len(sys.modules)}))
 """
 
 

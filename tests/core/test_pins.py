@@ -67,7 +67,7 @@ def test_a_second_pin_folder_is_chosen_by_the_installed_sglang_and_another_relea
     monkeypatch.setattr(installed, "installed_sglang_version", lambda: version)
     assert list(lockfile.pin_dirs()) == sorted([DEFAULT, SYNTHETIC], key=Version)  # oldest first
     assert lockfile.default_lock_path() == copy / "pins" / lock / "upstream.lock"
-    problem = verify.version_problem(lockfile.read_pin())
+    problem = installed.version_problem(lockfile.read_pin().version, list(lockfile.pin_dirs()))
     if version == lock:
         assert problem is None
     else:
@@ -84,7 +84,7 @@ def test_the_lock_is_the_installed_releases_else_the_default(monkeypatch, versio
 
 def test_another_release_is_refused_naming_it_and_every_supported_pin(monkeypatch):
     monkeypatch.setattr(installed, "installed_sglang_version", lambda: "0.5.22")
-    message = verify.version_problem(lockfile.read_pin())
+    message = installed.version_problem(lockfile.read_pin().version, list(lockfile.pin_dirs()))
     assert "does not support the installed sglang 0.5.22" in message
     assert "supported pins: " + ", ".join(f"sglang=={v}" for v in PINS) in message
 

@@ -1,6 +1,6 @@
 """The one readiness rule (``core.readiness.ready``), in-process: what start-up, ``check`` and ``launch`` refuse.
 
-The fresh-interpreter view of the same rule (a real ``load_plugins()`` refusing) is tests/core/test_processes.py
+The fresh-interpreter view of the same rule (a real ``load_plugins()`` refusing) is tests/observe/test_processes.py
 (tier ci_slow); here each case of the rule runs against the real lock and the installed sglang's sources.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from sglang_overlay import cli
 from sglang_overlay.cli import check as cli_check
 from sglang_overlay.core import lockfile, process_hook, readiness, verify
-from sglang_overlay.core.server_status import _is_server_process
+from sglang_overlay.observe.server_status import _is_server_process
 
 
 class _Plan(verify.Plan):
@@ -166,7 +166,7 @@ def test_check_lists_dependencies_beside_targets():
 
 def test_rebase_check_reports_a_changed_dependency(tmp_path):
     """A wheel whose copy of one dependency's module has that definition changed: the dependency is
-    ``changed``, with the hook module that needs it; targets elsewhere are reported apart."""
+    ``drift`` (check's word), with the hook module that needs it; targets elsewhere are reported apart."""
     import ast
     import zipfile
 
@@ -182,9 +182,11 @@ def test_rebase_check_reports_a_changed_dependency(tmp_path):
     wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr(fingerprint.module_file_in_wheel(entry["module"]), "".join(lines))
+    lock = lockfile.read_lock()
     patches = verify.declared_patches(lockfile.read_pin().version)
-    rows = {r["target"]: r for r in rebase.report(wheel, patches, dependencies=True)}
-    assert rows[path]["status"] == "changed" and rows[path]["needed_by"] == entry["needed_by"]
+    owners = verify.locked_owners(lock, patches)
+    rows = {r.target.path: r for r in rebase.report(wheel, owners, dependencies=True)}
+    assert rows[path].status is verify.Status.DRIFT and rows[path].target.needed_by == entry["needed_by"]
 
 
 def test_a_module_that_is_a_package_is_found_in_a_wheel_as_its_init():
@@ -199,7 +201,7 @@ def test_a_module_that_is_a_package_is_found_in_a_wheel_as_its_init():
 @pytest.mark.ci_slow  # reads the pin's whole sglang wheel
 def test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency():
     """``rebase-check`` against the wheel ``scripts/apply_patches.sh`` installed (sha256-verified, cached): every
-    target and every dependency is found and unchanged, so a ``changed`` elsewhere means upstream changed."""
+    target and every dependency is found and matches, so a ``drift`` elsewhere means upstream changed."""
     import os
     from pathlib import Path
 
@@ -209,9 +211,10 @@ def test_the_installed_pins_own_wheel_changes_no_target_and_no_dependency():
     cache = Path(os.environ.get("SGLANG_OVERLAY_WHEEL_CACHE", Path.home() / ".cache/sglang-overlay/wheels"))
     wheel = cache / pin.wheels[installed.running_python()]["file"]
     assert wheel.is_file(), f"{wheel}: scripts/apply_patches.sh caches the pin's wheel there"
-    patches = verify.declared_patches(pin.version)
-    rows = rebase.report(wheel, patches) + rebase.report(wheel, patches, dependencies=True)
-    assert rows and {r["status"] for r in rows} == {"unchanged"}, [r for r in rows if r["status"] != "unchanged"]
+    owners = verify.locked_owners(lockfile.read_lock(), verify.declared_patches(pin.version))
+    rows = rebase.report(wheel, owners) + rebase.report(wheel, owners, dependencies=True)
+    assert rows and all(r.ok for r in rows), [r.describe() for r in rows if not r.ok]
+    assert any(r.is_dependency for r in rows) and any(r.patch == "sglang-plugin-framework" for r in rows)
 
 
 def _only_rule(monkeypatch, problem: readiness.Problem) -> None:
@@ -248,7 +251,7 @@ def test_non_strict_warns_on_a_launch_problem_and_refuses_a_fatal_one(monkeypatc
     monkeypatch.setenv("SGLANG_OVERLAY_STRICT", "0")
     monkeypatch.setenv("SGLANG_OVERLAY_DISABLE", ",".join(p.id for p in verify.make_plan().patches))
     monkeypatch.setattr(hooking, "_STATE", hooking._State())
-    monkeypatch.setattr(hooking.processes, "mark_children", lambda: None)
+    monkeypatch.setattr(hooking.process_hook, "mark_children", lambda: None)
     _only_rule(monkeypatch, readiness.Problem("warn me"))
     hooking._apply_unlocked(None)
     assert hooking._STATE.started and "warn me" in caplog.text
@@ -260,8 +263,8 @@ def test_non_strict_warns_on_a_launch_problem_and_refuses_a_fatal_one(monkeypatc
 
 def test_this_environment_imports_the_installed_sglang():
     """The control of tests/core/test_sglang_identity.py: here, one install record owns what imports."""
-    from sglang_overlay.core import identity
+    from sglang_overlay.core import installed
 
-    found = identity.sglang_identity()
-    assert len(found.records) == 1 and found.others == [] and identity.identity_problem(found) is None
-    assert identity.describe(found).endswith(f"(installed by {found.records[0].name})")
+    found = installed.sglang_identity()
+    assert len(found.records) == 1 and found.others == [] and installed.identity_problem(found) is None
+    assert installed.describe(found).endswith(f"(installed by {found.records[0].name})")

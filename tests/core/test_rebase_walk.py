@@ -7,7 +7,7 @@ hashes), installed by pip (``--no-deps --target``) into a second environment who
 one's distributions (linked) except sglang, so every overlay command sees exactly what a user's environment
 would after ``pip install sglang==NEW``: one sglang install record, ``importlib.metadata`` reports the new
 version, ``import sglang`` loads the new code (the same release on ``PYTHONPATH`` over the old one would be two
-sglang records, which ``check`` rightly refuses: ``core.identity``). A temporary copy of this checkout's tracked files plays the maintainer's
+sglang records, which ``check`` rightly refuses: ``core.installed``). A temporary copy of this checkout's tracked files plays the maintainer's
 tree, so the real ``patches/`` is never written.
 
 The walk, step by step as the document numbers them:
@@ -182,8 +182,8 @@ def test_step1_rebase_check_names_the_changed_target_only(copy, release):
     proc = overlay(copy, "rebase-check", "--wheel", str(release["wheel"]), "--json")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = json.loads(proc.stdout)["targets"]
-    moved = {r["target"]: r["status"] for r in rows if r["status"] != "unchanged"}
-    assert moved == {release["target"]: "changed"}
+    moved = {r["target"]: r["status"] for r in rows if r["status"] != "match"}
+    assert moved == {release["target"]: "drift"}
     assert {r["target"] for r in rows} == set(release["old_lock"]["targets"])
 
 

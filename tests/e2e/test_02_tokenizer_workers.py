@@ -87,11 +87,12 @@ def test_the_status_table_is_one_line_per_process_within_100_columns(server):
 def test_metrics_carry_the_overlay_info_of_the_scheduler_and_the_http_workers(server):
     """``--enable-metrics``: /metrics (SGLang's multiprocess collector, served by a tokenizer worker) carries
     ``sglang_overlay_info`` = 1 from the scheduler and the HTTP side, each with this overlay's build labels."""
-    from sglang_overlay.core import info
+    from sglang_overlay.core.registry import declared_overlay
+    from sglang_overlay.observe import info
     from tests.support.real_server.probes import overlay_info_series
 
     series = overlay_info_series(server.url)
-    expected = {k: v for k, v in info.labels(info.declared(), "").items() if k not in ("role", "strict")}
+    expected = {k: v for k, v in info.labels(declared_overlay(), "").items() if k not in ("role", "strict")}
     assert series and all(s["value"] == 1 for s in series), series
     assert all({k: s["labels"][k] for k in expected} == expected for s in series), (expected, series)
     roles = {s["labels"]["role"] for s in series}

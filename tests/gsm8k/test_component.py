@@ -20,7 +20,7 @@ RUNNER_ROOTS = {"httpx", "tqdm", "matplotlib", "sglang_overlay_gsm8k"}
 # and httpx in the client of `status --url` for another host (the CLI's, never a server process's: the probe).
 ALLOWED_IN_PLUGIN = {
     ("sglang_overlay/cli/__init__.py", "sglang_overlay_gsm8k.cli"),
-    ("sglang_overlay/core/http_status.py", "httpx"),
+    ("sglang_overlay/observe/http_status.py", "httpx"),
 }
 
 # Runs in a fresh interpreter. Upstream's own plugin machinery (sglang.srt.plugins) already imports httpx

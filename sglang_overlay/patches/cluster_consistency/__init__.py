@@ -2,7 +2,8 @@
 
 Root (every release): ``state.py`` (what a rank reports, and how two reports differ), ``exchange.py`` (the
 reports through the job's own rendezvous store: O(N) requests per job, a bounded wait), ``verdict.py`` (the one
-verdict every rank receives, and the refusal), ``settings.py`` (its knob), ``probe.py`` (still needed: does
+verdict every rank receives, and the refusal), ``peers.py`` (the record a rank keeps of the verdict, its schema, and what ``status`` shows of it),
+``settings.py`` (its knob), ``probe.py`` (still needed: does
 upstream compare the plugins across ranks itself?).
 Release folder (where the process group exists): ``parallel_runtime/`` (sglang >=0.5.23). Description and exit condition: ``patches/cluster-consistency.md``.
 """
@@ -19,4 +20,5 @@ PATCH = Patch(
     process="scheduler",
     knobs=(WAIT_S,),
     probe="sglang_overlay.patches.cluster_consistency.probe:probe",
+    status_view="sglang_overlay.patches.cluster_consistency.peers:status_view",
 )

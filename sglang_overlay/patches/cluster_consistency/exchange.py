@@ -12,7 +12,7 @@ a rank cannot hang the others.
 
 Invariant: strict (default) refuses on any missing or differing rank, naming node, rank, host, pid and
 difference, the same in every rank; ``SGLANG_OVERLAY_STRICT=0`` logs one warning and starts. A rank keeps the
-verdict and its digest beside its process record (``core.peers``), so ``sglang-overlay status --url`` on one node
+verdict and its digest beside its process record (``cluster_consistency.peers``), so ``sglang-overlay status --url`` on one node
 lists every node. Every read is of a key known to exist (the rank's own append, or a key a wait returned on), and
 every wait is bounded by the knob.
 
@@ -32,9 +32,17 @@ import os
 import time
 from datetime import timedelta
 
-from sglang_overlay.core import peers, records, settings
-from sglang_overlay.core.peers import Peers, Verdict, from_ranges, verdict_from_json, verdict_to_json
+from sglang_overlay.core import settings
 from sglang_overlay.errors import OverlayError
+from sglang_overlay.observe import records
+from sglang_overlay.patches.cluster_consistency import peers
+from sglang_overlay.patches.cluster_consistency.peers import (
+    Peers,
+    Verdict,
+    from_ranges,
+    verdict_from_json,
+    verdict_to_json,
+)
 from sglang_overlay.patches.cluster_consistency.settings import WAIT_S
 from sglang_overlay.patches.cluster_consistency.state import local_state
 from sglang_overlay.patches.cluster_consistency.verdict import arrival, digest, judge, refusal
@@ -126,7 +134,7 @@ def _keep_for_status(found: Peers) -> None:
     """The verdict and this rank's digest, beside this process's record (removed at exit)."""
     if peers.keep(os.getpid(), found) and os.getpid() not in _KEPT:
         _KEPT.add(os.getpid())
-        atexit.register(records.forget, os.getpid(), records.PEERS)
+        atexit.register(records.forget, os.getpid(), peers.KIND)
 
 
 def after_group_init(result, *args, **kwargs):

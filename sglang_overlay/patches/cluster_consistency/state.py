@@ -12,15 +12,15 @@ from __future__ import annotations
 import os
 import socket
 
-from sglang_overlay.core import info
+from sglang_overlay.core.registry import declared_overlay
 
 COMPARED = ("overlay", "sglang", "pin", "lock", "patches", "strict")
 
 
 def local_state(node_rank: int) -> dict:
-    """This rank's report: the overlay it declares (``core.info``), and what names the rank."""
+    """This rank's report: the overlay it declares (``core.registry.declared_overlay``), and what names the rank."""
     return {
-        **info.declared(),
+        **declared_overlay(),
         "host": socket.gethostname(),
         "node": node_rank,
         "pid": os.getpid(),

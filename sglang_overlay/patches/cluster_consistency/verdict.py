@@ -1,7 +1,7 @@
 """The job's verdict from every rank's arrival line, and one rank's refusal from it (pure; no store, no torch).
 
 Job: :func:`arrival` is the line a rank appends (its report, its rank and the :func:`digest` of what must agree);
-:func:`judge` turns every line that arrived into the one :class:`~sglang_overlay.core.peers.Verdict` all ranks
+:func:`judge` turns every line that arrived into the one :class:`~sglang_overlay.patches.cluster_consistency.peers.Verdict` all ranks
 receive; :func:`refusal` words it for one rank. Invariant: the reference is the report most ranks share (on a tie,
 the one the lowest rank shares); ranks are named in groups (one node, one difference), each with node, host, the
 pid where a group is one rank, and every difference from the reference; a rank with no line is named with its node
@@ -17,7 +17,7 @@ import json
 from collections import defaultdict
 
 from sglang_overlay.core import settings
-from sglang_overlay.core.peers import MAX_GROUPS, Group, Verdict, from_ranges, to_ranges
+from sglang_overlay.patches.cluster_consistency.peers import MAX_GROUPS, Group, Verdict, from_ranges, to_ranges
 from sglang_overlay.patches.cluster_consistency.state import COMPARED, differences
 
 NOT_THERE = (

@@ -5,7 +5,7 @@ Root (every release): ``planner.py``, ``leaf_index.py``, ``metadata.py``, ``coun
 ``UnifiedRadixCache``), declaring its ``RELEASE`` and targets. Description and exit condition: ``patches/cp-hicache-owner-lanes.md``.
 """
 
-from sglang_overlay.core.registry import Dependency, Patch
+from sglang_overlay.core.registry import Patch
 from sglang_overlay.patches.cp_hicache_owner_lanes.settings import SLOW_PLAN_MS
 
 PATCH = Patch(
@@ -16,9 +16,4 @@ PATCH = Patch(
     process="scheduler",
     targets=(),  # every target belongs to one upstream design: unified/ declares them
     knobs=(SLOW_PLAN_MS,),
-    depends=(
-        Dependency(
-            "sglang.srt.mem_cache.allocator.page_interleave", "PageInterleavePoolAllocator._class_counts", "metadata"
-        ),
-    ),
 )

@@ -7,7 +7,7 @@ Release folder: ``forward_context/`` (sglang >=0.5.23).
 Description and exit condition: ``patches/moe-cp-compaction.md``.
 """
 
-from sglang_overlay.core.registry import Dependency, Patch, Target
+from sglang_overlay.core.registry import Patch, Target
 
 PATCH = Patch(
     id="moe-cp-compaction",
@@ -23,13 +23,5 @@ PATCH = Patch(
             f"{__name__}.op_path:refuse_dummy_rows_in_op_path",
             "BEFORE",
         ),
-    ),
-    depends=(
-        Dependency(
-            "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.context",
-            "is_in_breakable_cuda_graph",
-            "boundary",
-        ),
-        Dependency("sglang.srt.runtime_context", "get_parallel", "batch_layout,refusals"),
     ),
 )

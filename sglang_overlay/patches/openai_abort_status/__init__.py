@@ -5,7 +5,7 @@ entry), ``settings.py`` (its knob). Release folder (the tokenizer-manager hook):
 (sglang >=0.5.23). Description and exit condition: ``patches/openai-abort-status.md``.
 """
 
-from sglang_overlay.core.registry import Dependency, Patch, Target
+from sglang_overlay.core.registry import Patch, Target
 from sglang_overlay.patches.openai_abort_status.settings import ABORT_HTTP_STATUS
 
 _STREAMING = f"{__name__}.streaming:streaming_response_with_http_status"
@@ -32,9 +32,4 @@ PATCH = Patch(
     ),
     knobs=(ABORT_HTTP_STATUS,),
     probe=f"{__name__}.probe:probe",
-    depends=(
-        Dependency(
-            "sglang.srt.entrypoints.openai.serving_base", "OpenAIServingBase.create_error_response", "streaming"
-        ),
-    ),
 )

@@ -108,13 +108,14 @@ def test_what_a_rank_received_is_kept_for_status_and_removed_at_exit(records_her
     """The peers record beside this process's record: the verdict and this rank's digest, not every report."""
     import os
 
-    from sglang_overlay.core import peers, records
+    from sglang_overlay.observe import records
+    from sglang_overlay.patches.cluster_consistency import peers
 
     monkeypatch.setenv("SGLANG_OVERLAY_STRICT", "0")
     store = dist.HashStore()
     _other_node(store, 1, overlay="0.0.9")
     _ranks(3, store, wait_s=1, nnodes=3, only=[0])
-    kept = peers.parse(records.read(os.getpid(), records.PEERS)[0])
+    kept = peers.parse(records.read(os.getpid(), peers.KIND)[0])
     assert (kept.rank, kept.node, kept.digest) == (0, 0, digest(local_state(0)))
     verdict = kept.verdict
     assert (verdict.ranks, verdict.nnodes, verdict.digest, verdict.ok) == (3, 3, kept.digest, False)
@@ -123,7 +124,7 @@ def test_what_a_rank_received_is_kept_for_status_and_removed_at_exit(records_her
         ("1", 1, "node-b", 4242, (f"overlay '0.0.9' there, '{__version__}' here",))
     ]
     assert [(g.ranks, g.node, g.host) for g in verdict.nodes] == [("0", 0, local_state(0)["host"]), ("1", 1, "node-b")]
-    assert records_here == [(records.forget, os.getpid(), records.PEERS)]
+    assert records_here == [(records.forget, os.getpid(), peers.KIND)]
 
 
 def test_without_a_wait_given_the_knob_bounds_it(monkeypatch):
@@ -161,7 +162,8 @@ def test_the_checks_cost_is_kept_in_milliseconds_to_two_decimals(monkeypatch):
     """What status shows as the check's share of start-up: wall and CPU milliseconds of this rank, rounded to 0.01."""
     import os
 
-    from sglang_overlay.core import peers, records
+    from sglang_overlay.observe import records
+    from sglang_overlay.patches.cluster_consistency import peers
 
     wall, cpu = iter([10.0, 10.0123456]), iter([5.0, 5.045678])
     monkeypatch.setattr(exchange.time, "perf_counter", lambda: next(wall))
@@ -169,7 +171,7 @@ def test_the_checks_cost_is_kept_in_milliseconds_to_two_decimals(monkeypatch):
     store = dist.HashStore()
     _other_node(store, 1)
     found = exchange.check_cluster(0, 2, group=(store, 0, 2), wait_s=1)
-    kept = peers.parse(records.read(os.getpid(), records.PEERS)[0])
+    kept = peers.parse(records.read(os.getpid(), peers.KIND)[0])
     assert found["seconds"] == pytest.approx(0.0123456) and (kept.wall_ms, kept.cpu_ms) == (12.35, 45.68)
 
 
@@ -241,7 +243,8 @@ def test_the_hook_checks_with_the_servers_node_rank_and_node_count(monkeypatch):
     import os
     from types import SimpleNamespace
 
-    from sglang_overlay.core import peers, records
+    from sglang_overlay.observe import records
+    from sglang_overlay.patches.cluster_consistency import peers
 
     store = dist.HashStore()
     store.append(exchange.ARRIVALS, arrival({**local_state(0), "node": 0}, 0))
@@ -252,7 +255,7 @@ def test_the_hook_checks_with_the_servers_node_rank_and_node_count(monkeypatch):
     monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
     result = object()
     assert exchange.after_group_init(result, server_args=SimpleNamespace(node_rank=1, nnodes=2)) is result
-    kept = peers.parse(records.read(os.getpid(), records.PEERS)[0])
+    kept = peers.parse(records.read(os.getpid(), peers.KIND)[0])
     assert (kept.rank, kept.node, kept.verdict.nnodes, kept.verdict.ok) == (1, 1, 2, True)
     assert [(g.ranks, g.node) for g in kept.verdict.nodes] == [("0", 0), ("1", 1)]
 
@@ -260,13 +263,14 @@ def test_the_hook_checks_with_the_servers_node_rank_and_node_count(monkeypatch):
 def test_a_process_that_checks_twice_removes_its_record_once(records_here):
     import os
 
-    from sglang_overlay.core import records
+    from sglang_overlay.observe import records
+    from sglang_overlay.patches.cluster_consistency import peers
 
     for _ in range(2):
         store = dist.HashStore()
         _other_node(store, 1)
         exchange.check_cluster(0, 2, group=(store, 0, 2), wait_s=1)
-    assert records_here == [(records.forget, os.getpid(), records.PEERS)]
+    assert records_here == [(records.forget, os.getpid(), peers.KIND)]
 
 
 def test_a_rank_not_elected_takes_the_verdict_the_elected_rank_publishes_late():

@@ -10,9 +10,9 @@ import threading
 import pytest
 import torch.distributed as dist
 
-from sglang_overlay.core.peers import MAX_GROUPS, from_ranges, to_ranges
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.patches.cluster_consistency import exchange
+from sglang_overlay.patches.cluster_consistency.peers import MAX_GROUPS, from_ranges, to_ranges
 from sglang_overlay.patches.cluster_consistency.state import local_state
 from sglang_overlay.patches.cluster_consistency.verdict import arrival, judge
 from tests.support.env import REPO

@@ -11,7 +11,7 @@ and the host-backup hook use. Shared upstream types: ``upstream.py``. ``probe.py
 upstream's three gates still lane-blind? (``check --needed``).
 """
 
-from sglang_overlay.core.registry import Dependency, Release, Target
+from sglang_overlay.core.registry import Release, Target
 
 _UNIFIED = "sglang.srt.mem_cache.unified_radix_cache"
 
@@ -36,61 +36,5 @@ RELEASE = Release(
         ),
         # start-up: a page-interleaved cache the lanes cannot plan (hybrid pools, another tree core) is refused
         Target(_UNIFIED, "UnifiedRadixCache.__init__", f"{__name__}.startup:refuse_unplannable_at_startup", "AFTER"),
-    ),
-    depends=(
-        Dependency(
-            "sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.available_size", "unified.host_backup"
-        ),
-        Dependency(
-            "sglang.srt.mem_cache.allocator.page_interleave",
-            "PageInterleavePoolAllocator.class_free_page_counts",
-            "unified.capacity,unified.gate,unified.host_backup,unified.planning",
-        ),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.cache_controller", "unified.host_backup"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.metrics_collector", "unified.state"),
-        Dependency(
-            "sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.update_eviction_metrics", "unified.eviction"
-        ),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "DecLockRefParams.node_id", "unified.gate"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.key", "unified.planning,unified.lane_tree"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.priority", "unified.planning,unified.state"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.rotation_base", "unified.lane_tree"),
-        Dependency("sglang.srt.mem_cache.base_prefix_cache", "InsertParams.value", "unified.lane_tree"),
-        Dependency(
-            "sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.host_value", "unified.planning"
-        ),
-        Dependency("sglang.srt.mem_cache.unified_cache.components.base", "ComponentData.lock_ref", "unified.lane_tree"),
-        Dependency(
-            "sglang.srt.mem_cache.unified_cache.components.full",
-            "FullComponent._ensure_eviction_strategy",
-            "unified.state",
-        ),
-        Dependency(
-            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._component_available_size", "unified.gate"
-        ),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._demote", "unified.eviction"),
-        Dependency(
-            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._drop_subtree_no_host", "unified.eviction"
-        ),
-        Dependency(
-            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._evict_device_leaf", "unified.eviction"
-        ),
-        Dependency(
-            "sglang.srt.mem_cache.unified_radix_cache",
-            "UnifiedRadixCache._execute_and_commit_kv_backup",
-            "unified.eviction",
-        ),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.evict_for_alloc", "unified.gate"),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.is_write_back", "unified.eviction"),
-        Dependency(
-            "sglang.srt.mem_cache.unified_radix_cache",
-            "UnifiedRadixCache.page_size",
-            "unified.capacity,unified.host_backup,unified.planning,unified.state,unified.lane_tree",
-        ),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.root_node", "unified.lane_tree"),
-        Dependency(
-            "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.supports_prefix_sharing", "unified.capacity"
-        ),
-        Dependency("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.writing_check", "unified.eviction"),
     ),
 )

@@ -7,7 +7,7 @@ The design it serves: top-k reads its count from the forward context.
 and captures the MoE. Story: ``patches/moe-cp-compaction.md``.
 """
 
-from sglang_overlay.core.registry import Dependency, Release, Target
+from sglang_overlay.core.registry import Release, Target
 
 _MODULE = "sglang.srt.models.deepseek_v2"
 
@@ -16,24 +16,5 @@ RELEASE = Release(
     targets=(
         Target(_MODULE, "DeepseekV2MoE.forward_deepep", f"{__name__}.forward:forward_deepep", "AROUND"),
         Target(_MODULE, "DeepseekV2MoE.__init__", f"{__name__}.startup:refuse_unsupported_at_startup", "AFTER"),
-    ),
-    depends=(
-        Dependency("sglang.srt.layers.cp.bcg", "supports_prefill_cp_bcg", "forward_context.startup"),
-        Dependency("sglang.srt.layers.moe.utils", "MoeA2ABackend.is_megamoe", "forward_context.startup"),
-        Dependency("sglang.srt.layers.moe.utils", "MoeA2ABackend.is_none", "forward_context.startup"),
-        Dependency("sglang.srt.layers.moe.utils", "get_moe_a2a_backend", "forward_context.startup"),
-        Dependency("sglang.srt.model_executor.cuda_graph_config", "Backend.BREAKABLE", "forward_context.startup"),
-        Dependency("sglang.srt.model_executor.cuda_graph_config", "PhaseConfig.backend", "forward_context.startup"),
-        Dependency(
-            "sglang.srt.model_executor.forward_context",
-            "ForwardContext.moe_num_token_non_padded",
-            "forward_context.forward",
-        ),
-        Dependency("sglang.srt.model_executor.forward_context", "forward_context", "forward_context.forward"),
-        Dependency("sglang.srt.model_executor.forward_context", "get_forward_context", "forward_context.forward"),
-        Dependency("sglang.srt.model_executor.forward_context", "has_forward_context", "forward_context.forward"),
-        Dependency("sglang.srt.runtime_context", "ParallelContext", "batch_layout"),
-        Dependency("sglang.srt.runtime_context", "get_exec", "forward_context.startup"),
-        Dependency("sglang.srt.runtime_context", "get_server_args", "forward_context.startup"),
     ),
 )

@@ -1,4 +1,4 @@
-"""``GET /overlay/status`` (``core.http_status``) and ``status --url`` over HTTP, in-process.
+"""``GET /overlay/status`` (``observe.http_status``) and ``status --url`` over HTTP, in-process.
 
 The route on a real FastAPI app (upstream's own app, under upstream's ``--api-key`` middleware, in a fresh
 interpreter: tier ``ci_slow``); the client against a real HTTP server on loopback (the standard library's,
@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from sglang_overlay import cli
-from sglang_overlay.core import http_status, server_status
 from sglang_overlay.errors import OverlayError
+from sglang_overlay.observe import http_status, server_status
 from tests.support.env import subprocess_env
 
 
@@ -237,7 +237,7 @@ import json
 from starlette.testclient import TestClient
 from sglang.srt.entrypoints import http_server
 from sglang.srt.utils.auth import add_api_key_middleware
-from sglang_overlay.core import http_status
+from sglang_overlay.observe import http_status
 
 app = http_server.app
 before = [(getattr(r, "path", r), getattr(r, "endpoint", None)) for r in app.router.routes]

@@ -8,7 +8,7 @@ Usage::
         ...
     startup_cost.snapshot()  # {"import": {"count": 1, "wall_ms": 12.0, "cpu_ms": 9.1, "modules": 40}, ...}
 
-The snapshot is kept in the process record (``core.processes``) and shown by ``status --json``. CPU time is
+The snapshot is kept in the process record (``observe.processes``) and shown by ``status --json``. CPU time is
 ``time.process_time`` (every thread of the process: where SGLang runs threads beside a step, an upper bound);
 ``modules`` counts entries ``sys.modules`` gained during the step (modules SGLang had imported already cost
 nothing). A span covers the overlay's own work only: "import" wraps the overlay's imports where they happen (the

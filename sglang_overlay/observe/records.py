@@ -2,7 +2,7 @@
 
 Each overlay process keeps one small JSON record, ``<pid>.json``, in :func:`status_dir`
 (``$SGLANG_OVERLAY_STATUS_DIR``, else ``<tmp>/sglang-overlay-<uid>/status``), and may keep records of other
-kinds beside it (``<pid>.<kind>.json``: ``peers``, the ranks of other nodes that reported to it); ``sglang-overlay
+kinds beside it (``<pid>.<kind>.json``: a patch's own, such as cluster-consistency's ``peers``); ``sglang-overlay
 status`` reads them. The default path is predictable and the temp folder is shared, so the folder is trusted only
 when it is this user's own: every folder this module creates is made private (mode 0700), and a folder
 (the per-user one and ``status`` under it, or the override) that is a link, is not a directory, belongs
@@ -30,7 +30,6 @@ from sglang_overlay.core import settings
 
 logger = logging.getLogger("sglang_overlay")
 _WARNED: set[str] = set()
-PEERS = "peers"  # the record kind of what a rank received from the other ranks (status lists them)
 
 
 class UntrustedFolder(OSError):

@@ -1,4 +1,4 @@
-"""The overlay's own start-up cost per process (``core.startup_cost``): what a step cost, kept in the record."""
+"""The overlay's own start-up cost per process (``observe.startup_cost``): what a step cost, kept in the record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tests.support.env import REPO, subprocess_env
 
 
 def test_a_step_counts_its_calls_and_the_modules_it_imported(monkeypatch):
-    from sglang_overlay.core import startup_cost
+    from sglang_overlay.observe import startup_cost
 
     monkeypatch.setattr(startup_cost, "_SPANS", {})
     sys.modules.pop("colorsys", None)
@@ -24,8 +24,8 @@ def test_a_fresh_process_keeps_its_import_and_apply_cost_in_its_record(tmp_path)
     """In a fresh interpreter, as SGLang's load_plugins() enters the overlay: the record holds both steps."""
     code = (
         "import json; from sglang_overlay import plugin; plugin.load();"
-        "import os; from sglang_overlay.core import processes;"
-        "print(json.dumps(processes.read_record(os.getpid())['startup']))"
+        "import os; from sglang_overlay.observe import processes;"
+        "print(json.dumps(processes.read_record(os.getpid()).startup))"
     )
     env = {**subprocess_env(), "SGLANG_OVERLAY_STATUS_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)

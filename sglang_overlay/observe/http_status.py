@@ -2,7 +2,7 @@
 
 :func:`attach` makes upstream's FastAPI ``app`` (``sglang.srt.entrypoints.http_server``; tokenizer workers
 re-import it, so each worker serves the route too) add one route as it starts (:func:`install`, from its lifespan). The route answers
-the report ``status --url`` builds from this host's records (``core.server_status``), computed in the serving
+the report ``status --url`` builds from this host's records (``observe.server_status``), computed in the serving
 process for its own port, plus ``served_by`` (that process's pid). It is a plain route of upstream's app, so
 upstream's ``--api-key`` middleware asks for the key there exactly as on ``/server_info`` (auth level NORMAL).
 :func:`fetch` is the other side: a server without the overlay answers 404 there (``NoOverlay``); an
@@ -20,11 +20,11 @@ import logging
 import os
 from urllib.parse import urlparse
 
-from sglang_overlay.core import server_status
 from sglang_overlay.errors import OverlayError
+from sglang_overlay.observe import server_status
+from sglang_overlay.observe.processes import HTTP_MODULE  # noqa: F401 (where upstream's FastAPI ``app`` lives)
 
 PATH = "/overlay/status"
-HTTP_MODULE = "sglang.srt.entrypoints.http_server"  # where upstream's FastAPI ``app`` lives
 logger = logging.getLogger("sglang_overlay")
 KEY_ENV = "OPENAI_API_KEY"  # what upstream's own tests and OpenAI clients send to a server run with --api-key
 

@@ -1,4 +1,4 @@
-"""Process records another local user cannot turn against the server (``core.records``).
+"""Process records another local user cannot turn against the server (``observe.records``).
 
 The default records folder is ``<tmp>/sglang-overlay-<uid>/status``: a predictable path in a folder every
 user can write. Each attack below is played by a real other user (``nobody``, through a forked child that
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_overlay.core import peers, processes, records, server_status
+from sglang_overlay.observe import processes, records, server_status
+from sglang_overlay.patches.cluster_consistency import peers
 
 ROOT = os.geteuid() == 0
 as_root = pytest.mark.skipif(not ROOT, reason="playing another local user needs root (CI and sessions run as root)")
@@ -177,7 +178,7 @@ def test_an_unchanged_record_is_not_rewritten(tmp_path, monkeypatch):
     processes.write_record(dict(STATUS))
     assert path.stat().st_ino == first
     processes.write_record({**STATUS, "pending_modules": ["m"]})
-    assert path.stat().st_ino != first and processes.read_record(os.getpid())["pending_modules"] == ["m"]
+    assert path.stat().st_ino != first and processes.read_record(os.getpid()).pending_modules == ["m"]
     path.unlink()  # removed behind its back: written again
     processes.write_record({**STATUS, "pending_modules": ["m"]})
     assert path.is_file()
@@ -185,10 +186,10 @@ def test_an_unchanged_record_is_not_rewritten(tmp_path, monkeypatch):
 
 def test_a_record_of_another_kind_lives_beside_the_process_record(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
-    assert records.write(os.getpid(), {"a": 1}) and records.write(os.getpid(), {"b": 2}, kind=records.PEERS)
-    assert records.read(os.getpid())[0] == {"a": 1} and records.read(os.getpid(), records.PEERS)[0] == {"b": 2}
-    records.forget(os.getpid(), records.PEERS)
-    assert records.read(os.getpid(), records.PEERS) is None and records.read(os.getpid())[0] == {"a": 1}
+    assert records.write(os.getpid(), {"a": 1}) and records.write(os.getpid(), {"b": 2}, kind=peers.KIND)
+    assert records.read(os.getpid())[0] == {"a": 1} and records.read(os.getpid(), peers.KIND)[0] == {"b": 2}
+    records.forget(os.getpid(), peers.KIND)
+    assert records.read(os.getpid(), peers.KIND) is None and records.read(os.getpid())[0] == {"a": 1}
     with pytest.raises(ValueError, match="plain word"):
         records.write(os.getpid(), {}, kind="../x")
 
@@ -209,19 +210,21 @@ def test_status_lists_each_other_node_once_and_each_missing_or_differing_rank(tm
     bad = peers.Group("20", 2, "node-c", 78, ("patches not enabled there: b",))
     gone = peers.Group("23", 2, "node-c")
     records.write(me.pid, STATUS)
-    records.write(me.pid, _peers(0, *nodes, missing=[gone], differing=[bad], nnodes=3, ranks=24), kind=records.PEERS)
-    found, unreadable = server_status._parsed({me.pid: server_status._fresh_record(me, records.PEERS)})
-    rows = server_status._cluster_rows(found)
-    assert unreadable == [] and [(r["node"], r["rank"], r["role"], r["pid"], r["ok"]) for r in rows] == [
+    records.write(me.pid, _peers(0, *nodes, missing=[gone], differing=[bad], nnodes=3, ranks=24), kind=peers.KIND)
+    view = peers.status_view([me.pid], lambda pid, kind: server_status._fresh_record(me, kind))
+    rows = view.rows
+    assert [(r.node, r.rank, r.role, r.pid, r.ok) for r in rows] == [
         ("node-b (node 1)", "ranks 8-15", "node", None, True),
         ("node-c (node 2)", "ranks 16-22", "node", None, False),
         ("node-c (node 2)", "rank23", "rank", None, False),
         ("node-c (node 2)", "rank20", "rank", 78, False),
     ]
-    assert rows[0]["patches"] == ["a", "b"] and rows[1]["differs"] == [
+    assert rows[0].patches == ["a", "b"] and rows[1].differs == [
         "ranks 23 reported no overlay state", "ranks 20 differ: patches not enabled there: b"]  # fmt: skip
-    assert rows[2]["overlay"] is False and rows[3]["differs"] == ["patches not enabled there: b"]
-    assert server_status._node(STATUS, found[me.pid]) == f"{here} (node 0)"
+    assert rows[2].overlay is False and rows[3].differs == ["patches not enabled there: b"]
+    assert view.node == {me.pid: 0} and view.detail["verdict"]["nnodes"] == 3
+    record = processes.ProcessRecord.from_json({**STATUS, "pid": me.pid, "ppid": 1, "role": "main", "host": here})
+    assert server_status._node(record, view.node[me.pid]) == f"{here} (node 0)"
 
 
 def test_a_record_stays_the_same_size_whatever_the_number_of_ranks_per_node(tmp_path, monkeypatch):
@@ -236,11 +239,11 @@ def test_an_unreadable_peers_record_is_a_row_that_is_not_ok(tmp_path, monkeypatc
     monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
     me = psutil.Process()
     old = {"rank": 0, "nnodes": 2, "ranks": 2, "reports": {"one": {"host": "b"}}, "missing": [], "differing": {}}
-    records.write(me.pid, old, kind=records.PEERS)  # the O(N^2) exchange's shape
-    found, (row,) = server_status._parsed({me.pid: server_status._fresh_record(me, records.PEERS)})
-    assert (
-        found == {} and row["ok"] is False and row["pid"] == me.pid and "unreadable peers record" in row["differs"][0]
-    )
+    records.write(me.pid, old, kind=peers.KIND)  # the O(N^2) exchange's shape
+    view = peers.status_view([me.pid], lambda pid, kind: server_status._fresh_record(me, kind))
+    (row,) = view.rows
+    assert view.detail is None and view.node == {}
+    assert row.ok is False and row.pid == me.pid and "unreadable peers record" in row.differs[0]
 
 
 def test_a_stale_peers_record_of_an_earlier_process_is_not_believed(tmp_path, monkeypatch):
@@ -252,5 +255,5 @@ def test_a_stale_peers_record_of_an_earlier_process_is_not_believed(tmp_path, mo
             return time.time() + 60
 
     monkeypatch.setenv("SGLANG_OVERLAY_STATUS_DIR", str(tmp_path))
-    records.write(Proc.pid, _peers(0, peers.Group("1", 1, "node-b")), kind=records.PEERS)
-    assert server_status._fresh_record(Proc, records.PEERS) is None
+    records.write(Proc.pid, _peers(0, peers.Group("1", 1, "node-b")), kind=peers.KIND)
+    assert server_status._fresh_record(Proc, peers.KIND) is None

@@ -1,8 +1,7 @@
-"""What this process's overlay declares, and its info metric on SGLang's ``/metrics``.
+"""The overlay's info metric on SGLang's ``/metrics``: what this process runs, one series per build and role.
 
-:func:`declared` is the overlay as a process runs it (version, pin, lock digest, installed sglang, enabled
-patches, strictness): what ranks compare (``cluster-consistency``) and what :func:`publish` puts on
-``/metrics`` as ``sglang_overlay_info{version, pin, sglang, lock_digest, strict, patches, role} 1``, the
+:func:`publish` puts the overlay as a process runs it (``core.registry.declared_overlay``: what ranks compare
+in ``cluster-consistency``) on ``/metrics`` as ``sglang_overlay_info{version, pin, sglang, lock_digest, strict, patches, role} 1``, the
 ecosystem's info-metric shape, so a PromQL query counts replicas by build.
 
 Invariants: ``prometheus_client`` is imported only where SGLang's multiprocess set-up is already in place
@@ -14,33 +13,14 @@ no pid). Cost: one lock read and one gauge write per process, once; nothing wher
 
 from __future__ import annotations
 
-import hashlib
 import os
 
-from sglang_overlay.core import installed, lockfile, settings
-from sglang_overlay.core.registry import discover_patches
-from sglang_overlay.version import __version__
+from sglang_overlay.core.registry import declared_overlay
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set by SGLang (set_prometheus_multiproc_dir) under --enable-metrics
 METRIC = "sglang_overlay_info"
 LABELS = ("version", "pin", "sglang", "lock_digest", "strict", "patches", "role")
 _PUBLISHED: dict = {}
-
-
-def declared(skipped: tuple[str, ...] = ()) -> dict:
-    """The overlay this process runs: enabled patches less those ``skipped`` here (non-strict)."""
-    path = lockfile.lock_path()
-    pin = lockfile.read_pin(path)
-    disabled = set(settings.disabled_patch_ids()) | set(skipped)
-    patches = discover_patches(pin.version, extra=tuple(settings.extra_patch_modules()))
-    return {
-        "overlay": __version__,
-        "sglang": installed.installed_sglang_version(),
-        "pin": pin.version,
-        "lock": "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16],
-        "patches": sorted(p.id for p in patches if p.id not in disabled),
-        "strict": settings.strict(),
-    }
 
 
 def labels(state: dict, role: str) -> dict[str, str]:
@@ -68,6 +48,6 @@ def publish(role: str, skipped: tuple[str, ...] = ()) -> bool:
         labelnames=LABELS,
         multiprocess_mode="max",
     )
-    gauge.labels(**labels(declared(skipped), role.split(":")[0])).set(1)  # tokenizer_worker:<pid>: one series
+    gauge.labels(**labels(declared_overlay(skipped), role.split(":")[0])).set(1)  # tokenizer_worker:<pid>: one series
     _PUBLISHED["gauge"] = gauge
     return True

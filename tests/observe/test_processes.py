@@ -57,7 +57,7 @@ def test_a_child_of_an_overlay_process_is_entered_at_its_first_target_import():
 CHILD_COST = f"""
 import json, sys
 import {TARGET_MODULE}
-from sglang_overlay.core import startup_cost
+from sglang_overlay.observe import startup_cost
 print("REPORT" + json.dumps({{"cost": startup_cost.snapshot(), "modules": len(sys.modules)}}))
 """
 
