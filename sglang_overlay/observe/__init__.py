@@ -49,9 +49,9 @@ class _Observer:
             info.publish(role or processes.process_role(), tuple(hooking.status()["skipped"]))
 
         def serve_status() -> None:  # GET /overlay/status on upstream's app, from its start
-            http_status.attach(sys.modules[http_status.HTTP_MODULE].app)
+            http_status.attach(sys.modules[processes.HTTP_MODULE].app)
 
-        return [("prometheus_client", None, publish_info), (http_status.HTTP_MODULE, "app", serve_status)]
+        return [("prometheus_client", None, publish_info), (processes.HTTP_MODULE, "app", serve_status)]
 
 
 OBSERVER = _Observer()

@@ -22,7 +22,6 @@ from urllib.parse import urlparse
 
 from sglang_overlay.errors import OverlayError
 from sglang_overlay.observe import server_status
-from sglang_overlay.observe.processes import HTTP_MODULE  # noqa: F401 (where upstream's FastAPI ``app`` lives)
 
 PATH = "/overlay/status"
 logger = logging.getLogger("sglang_overlay")
